@@ -1,0 +1,3 @@
+from hpckit.cli import main
+
+raise SystemExit(main())

@@ -1,0 +1,85 @@
+"""The `hpckit` command: one entry point dispatching to the benchmark and results code.
+
+Heavy frameworks (TensorFlow, PyTorch) are imported only by the subcommand that needs them.
+Bad input surfaces as `KitError`: one line on stderr, exit code 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+import sys
+
+from hpckit.common.errors import EXIT_USAGE, KitError
+
+BENCHMARKS = ("cosmoflow",)
+FRAMEWORKS = {"cosmoflow": ("tensorflow", "pytorch")}
+RULESETS = ("hpc-1.0.0", "hpc-2.0.0", "hpc-3.0.0", "mini")
+
+
+def _add_config(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--config", default="mini",
+                   help="mini | reference | a YAML file of overrides (default: mini)")
+    p.add_argument("--set", dest="overrides", action="append", default=[], metavar="KEY=VALUE",
+                   help="override one config value, e.g. --set lr_schedule.base_lr=0.02")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    parser = argparse.ArgumentParser(prog="hpckit", description=__doc__.splitlines()[0])
+    sub = parser.add_subparsers(dest="command", required=True)
+
+    p = sub.add_parser("datagen", help="write a synthetic dataset in the benchmark's on-disk format")
+    p.add_argument("benchmark", choices=BENCHMARKS)
+    p.add_argument("--out", required=True, help="dataset root (train/ and validation/ go under it)")
+    p.add_argument("--config", default=None,
+                   help="take counts and sample size from this training config (mini | reference | FILE)")
+    p.add_argument("--train", type=int, default=None, help="training samples")
+    p.add_argument("--valid", type=int, default=None, help="validation samples")
+    p.add_argument("--size", type=int, default=None, help="cube side S (default 128, or the config's)")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--format", choices=("tfrecord", "npy"), default="tfrecord")
+    p.add_argument("--shuffle-labels", action="store_true",
+                   help="sabotage: permute the targets across samples (for checks that must fail)")
+    p.add_argument("--workers", type=int, default=None, help="generator processes (default: all cores)")
+
+    p = sub.add_parser("train", help="train a benchmark and write OUT/mlperf.log and OUT/summary.json")
+    p.add_argument("benchmark", choices=BENCHMARKS)
+    p.add_argument("--data", required=True, help="dataset root with train/ and validation/")
+    p.add_argument("--output-dir", required=True)
+    _add_config(p)
+    p.add_argument("--framework", choices=("tensorflow", "pytorch"), default="pytorch")
+    p.add_argument("--stage-dir", default=None, help="node-local directory to stage the data into")
+    p.add_argument("--seed", type=int, default=None, help="default: derived from the clock, logged")
+    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")
+
+    p = sub.add_parser("describe", help="print a benchmark's model: layers, output shape, parameters")
+    p.add_argument("benchmark", choices=BENCHMARKS)
+    _add_config(p)
+    p.add_argument("--framework", choices=("tensorflow", "pytorch"), default="pytorch")
+
+    p = sub.add_parser("check", help="run the official MLPerf compliance checker on a result log")
+    p.add_argument("log")
+    p.add_argument("--ruleset", choices=RULESETS, default="hpc-3.0.0")
+    p.add_argument("--config", default="mini",
+                   help="with --ruleset mini: the training config whose target applies (default: mini)")
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        if args.command == "check":
+            from hpckit.common.compliance import main_check
+            return main_check(args)
+        module = importlib.import_module(f"hpckit.{args.benchmark}.commands")
+        return getattr(module, args.command)(args)
+    except KitError as e:
+        print(f"hpckit {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        print(f"hpckit {args.command}: interrupted", file=sys.stderr)
+        return 130
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,1 @@
+"""Machinery shared by every benchmark: configs, errors, MLPerf logging, staging, summaries."""

@@ -1,0 +1,144 @@
+"""Benchmark configurations: built-in YAML files, user files, and `--set key=value` overrides.
+
+A configuration is a nested dict. The built-in ones live in
+`hpckit/<benchmark>/configs/<name>.yaml`. A user file is read as overrides of a built-in
+base (`base: reference` by default, or `base: mini`), so it only names what it changes.
+Every key of an override must already exist in the base: an unknown key is a typo and is
+reported, never silently ignored. Values keep the base's type (an int may stand for a
+float; a mapping or list must stay a mapping or list).
+"""
+
+from __future__ import annotations
+
+import copy
+from importlib import resources
+from pathlib import Path
+from typing import Any, Iterable
+
+import yaml
+
+from hpckit.common.errors import KitError
+
+BUILTIN_CONFIGS = ("mini", "reference")
+
+
+def builtin_config_path(benchmark: str, name: str) -> Path:
+    return Path(str(resources.files(f"hpckit.{benchmark}") / "configs" / f"{name}.yaml"))
+
+
+def _read_yaml(path: Path, what: str) -> dict:
+    try:
+        with open(path) as f:
+            data = yaml.safe_load(f)
+    except OSError as e:
+        raise KitError(f"{what} {path}: cannot read ({e.strerror})")
+    except yaml.YAMLError as e:
+        mark = getattr(e, "problem_mark", None)
+        where = f" line {mark.line + 1}" if mark is not None else ""
+        raise KitError(f"{what} {path}:{where} not valid YAML")
+    if not isinstance(data, dict):
+        raise KitError(f"{what} {path}: expected a mapping of sections, got {type(data).__name__}")
+    return data
+
+
+def _merge(base: dict, override: dict, source: str, prefix: str = "") -> None:
+    for key, value in override.items():
+        dotted = f"{prefix}{key}"
+        if key not in base:
+            raise KitError(f"unknown config key '{dotted}' in {source}")
+        base[key] = _coerce(base[key], value, dotted, source)
+
+
+def _coerce(old: Any, new: Any, dotted: str, source: str) -> Any:
+    if isinstance(old, dict):
+        if not isinstance(new, dict):
+            raise KitError(f"config key '{dotted}' in {source}: expected a mapping, got {new!r}")
+        if dotted.endswith("decay_schedule"):  # free-form epoch -> factor mapping
+            return dict(new)
+        merged = copy.deepcopy(old)
+        _merge(merged, new, source, dotted + ".")
+        return merged
+    if isinstance(old, bool):
+        if not isinstance(new, bool):
+            raise KitError(f"config key '{dotted}' in {source}: expected true/false, got {new!r}")
+        return new
+    if isinstance(old, float):
+        if isinstance(new, bool) or not isinstance(new, (int, float)):
+            raise KitError(f"config key '{dotted}' in {source}: expected a number, got {new!r}")
+        return float(new)
+    if isinstance(old, int):
+        if isinstance(new, bool) or not isinstance(new, int):
+            raise KitError(f"config key '{dotted}' in {source}: expected an integer, got {new!r}")
+        return new
+    if isinstance(old, list):
+        if not isinstance(new, list):
+            raise KitError(f"config key '{dotted}' in {source}: expected a list, got {new!r}")
+        return new
+    if isinstance(old, str):
+        if not isinstance(new, str):
+            raise KitError(f"config key '{dotted}' in {source}: expected a string, got {new!r}")
+        return new
+    return new  # None in the base: anything goes
+
+
+def parse_overrides(items: Iterable[str]) -> dict:
+    """['a.b=3', 'c=x'] -> {'a': {'b': 3}, 'c': 'x'} (values parsed as YAML scalars)."""
+    nested: dict = {}
+    for item in items:
+        if "=" not in item:
+            raise KitError(f"--set {item!r}: expected key=value")
+        key, raw = item.split("=", 1)
+        key = key.strip()
+        if not key:
+            raise KitError(f"--set {item!r}: empty key")
+        try:
+            value = yaml.safe_load(raw)
+        except yaml.YAMLError:
+            raise KitError(f"--set {item!r}: value is not a valid YAML scalar")
+        node = nested
+        parts = key.split(".")
+        for part in parts[:-1]:
+            node = node.setdefault(part, {})
+            if not isinstance(node, dict):
+                raise KitError(f"--set {item!r}: '{part}' is set twice")
+        node[parts[-1]] = value
+    return nested
+
+
+def load_config(benchmark: str, spec: str, overrides: Iterable[str] = ()) -> dict:
+    """Resolve `spec` (a built-in name or a YAML file) and apply `--set` overrides."""
+    if spec in BUILTIN_CONFIGS:
+        config = _read_yaml(builtin_config_path(benchmark, spec), "built-in config")
+        config["name"] = spec
+    else:
+        path = Path(spec)
+        if not path.is_file():
+            raise KitError(
+                f"config {spec!r}: not a built-in config ({', '.join(BUILTIN_CONFIGS)}) and no such file")
+        user = _read_yaml(path, "config file")
+        base = user.pop("base", "reference")
+        if base not in BUILTIN_CONFIGS:
+            raise KitError(f"config file {path}: base {base!r} is not one of {', '.join(BUILTIN_CONFIGS)}")
+        config = _read_yaml(builtin_config_path(benchmark, base), "built-in config")
+        _merge(config, user, f"config file {path}")
+        config["name"] = str(path)
+    _merge(config, parse_overrides(overrides), "--set")
+    return config
+
+
+def flatten(config: dict, prefix: str = "") -> dict:
+    """{'a': {'b': 1}} -> {'a.b': 1}; mappings that are values (decay schedules) stay whole."""
+    flat = {}
+    for key, value in config.items():
+        dotted = f"{prefix}{key}"
+        if isinstance(value, dict) and not dotted.endswith("decay_schedule"):
+            flat.update(flatten(value, dotted + "."))
+        else:
+            flat[dotted] = value
+    return flat
+
+
+def require(cond: bool, key: str, message: str) -> None:
+    """Validation helper: one line naming the key."""
+    if not cond:
+        raise KitError(f"config key '{key}': {message}")
