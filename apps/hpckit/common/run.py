@@ -1,0 +1,175 @@
+"""The MLPerf HPC run protocol, written once for every benchmark.
+
+    cache_clear -> init_start, submission/system/hyperparameter keys -> init_stop
+    -> run_start -> staging_start/stop -> per epoch: epoch_start, eval_start, eval_stop,
+       epoch_stop, <metric> -> run_stop {status: success | aborted}
+
+A benchmark supplies its files, its hyperparameter keys and two callables (train one
+epoch, evaluate); this module owns the clock, the log and summary.json. Whatever happens,
+the log written so far stays, and an exception closes the run as aborted and still writes
+summary.json (atomically) before it propagates.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+from hpckit.common import staging
+from hpckit.common.config import flatten
+from hpckit.common.dist import Ranks
+from hpckit.common.errors import KitError
+from hpckit.common.fileio import ensure_writable_dir
+from hpckit.common.mllog import HPC, C, MLLogger
+from hpckit.common.summary import software_stack, write_summary
+
+
+@dataclass
+class Quality:
+    metric: str            # MLPerf key: eval_error | eval_accuracy
+    target: float
+    higher_is_better: bool
+
+    def reached(self, value: float) -> bool:
+        if not math.isfinite(value):
+            return False
+        return value >= self.target if self.higher_is_better else value <= self.target
+
+
+class MLPerfRun:
+    def __init__(self, *, benchmark: str, framework: str, cfg: dict, seed: int, ranks: Ranks,
+                 out_dir: str | os.PathLike, quality: Quality, accelerators_per_node: int = 0):
+        self.benchmark, self.framework, self.cfg = benchmark, framework, cfg
+        self.seed, self.ranks, self.quality = seed, ranks, quality
+        self.accelerators_per_node = accelerators_per_node
+        self.out_dir = ensure_writable_dir(out_dir, "--output-dir")
+        self.log = MLLogger(self.out_dir / "mlperf.log" if ranks.rank == 0 else None, ranks.rank)
+        self.staging_s = 0.0
+        self.epochs_done = 0
+        self.last_metric = float("nan")
+        self.train_samples = self.eval_samples = 0
+        self.train_seconds = self.eval_seconds = 0.0
+        self.status = None
+        self.cache_report: dict = {}
+
+    # -- context: nothing is lost -------------------------------------------------------
+    def __enter__(self) -> "MLPerfRun":
+        return self
+
+    def __exit__(self, exc_type, exc, tb) -> bool:
+        if exc is not None:
+            self.status = "aborted"
+            reason = str(exc) if isinstance(exc, KitError) else f"{type(exc).__name__}: {exc}"
+            self.log.run_stop("aborted", reason=reason.splitlines()[0] if reason else "")
+            self._write_summary(error=reason)
+        else:
+            self._write_summary()
+        self.log.close()
+        return False
+
+    # -- phases -------------------------------------------------------------------------
+    def clear_caches(self, files: list[Path]) -> None:
+        self.cache_report = staging.evict_from_page_cache(files)
+        self.log.event(C.CACHE_CLEAR, value=True, metadata=self.cache_report)
+
+    def init_start(self, hyperparameters: list[tuple[str, object]]) -> None:
+        mlp = self.cfg["mlperf"]
+        self.log.start(C.INIT_START)
+        self.log.event(C.SUBMISSION_BENCHMARK, self.benchmark)
+        self.log.event(C.SUBMISSION_ORG, mlp["org"])
+        self.log.event(C.SUBMISSION_DIVISION, mlp["division"])
+        self.log.event(C.SUBMISSION_STATUS, mlp["status"])
+        self.log.event(C.SUBMISSION_PLATFORM, mlp["platform"])
+        self.log.event(HPC.NUMBER_OF_NODES, self.ranks.nodes)
+        self.log.event(HPC.ACCELERATORS_PER_NODE, self.accelerators_per_node)
+        self.log.event(C.SEED, self.seed)
+        self.log.event("hpckit_config", {"name": self.cfg["name"], "framework": self.framework,
+                                         "ranks": self.ranks.size,
+                                         **{k: v for k, v in flatten(self.cfg).items() if k != "name"}})
+        for key, value in hyperparameters:
+            self.log.event(key, value)
+
+    def start_run(self) -> None:
+        self.log.end(C.INIT_STOP)
+        self.log.start(C.RUN_START)
+
+    def stage(self, shares: dict[str, list[Path]], stage_dir: Path | None) -> dict[str, Path] | None:
+        """Copy each split's share into stage_dir/<split> inside the clock; None if not staging."""
+        self.log.start(C.STAGING_START)
+        watch = staging.Stopwatch()
+        dest = None
+        nbytes = 0
+        if stage_dir is not None:
+            dest = {split: Path(stage_dir) / split for split in shares}
+            for split, files in shares.items():
+                nbytes += staging.copy_files(files, dest[split])
+        self.staging_s = watch.elapsed()
+        self.log.end(C.STAGING_STOP, metadata={"staging_duration": self.staging_s, "staged": dest is not None,
+                                                "bytes": nbytes})
+        return dest
+
+    def epochs(self, n_epochs: int, train_epoch: Callable[[int], tuple[int, float]],
+               evaluate: Callable[[], tuple[float, int, float]]) -> bool:
+        """Run up to n_epochs (1-based in the log); stop at the target. Returns converged."""
+        for epoch in range(1, n_epochs + 1):
+            self.log.start(C.EPOCH_START, metadata={"epoch_num": epoch})
+            samples, seconds = train_epoch(epoch)
+            self.train_samples += samples
+            self.train_seconds += seconds
+            self.log.event(HPC.THROUGHPUT, samples / seconds if seconds > 0 else 0.0, metadata={"epoch_num": epoch})
+            self.log.start(C.EVAL_START, metadata={"epoch_num": epoch})
+            metric, n_eval, eval_s = evaluate()
+            self.eval_samples += n_eval
+            self.eval_seconds += eval_s
+            self.log.end(C.EVAL_STOP, metadata={"epoch_num": epoch})
+            self.log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch})
+            self.log.event(self.quality.metric, float(metric), metadata={"epoch_num": epoch})
+            self.epochs_done, self.last_metric = epoch, float(metric)
+            if self.quality.reached(metric):
+                self.status = "success"
+                self.log.run_stop("success")
+                return True
+            if not math.isfinite(metric):
+                self.status = "aborted"
+                self.log.run_stop("aborted", reason=f"{self.quality.metric} is {metric}: training diverged")
+                return False
+        self.status = "aborted"
+        self.log.run_stop("aborted", reason=f"target not reached in {n_epochs} epochs")
+        return False
+
+    # -- results ------------------------------------------------------------------------
+    def _write_summary(self, error: str | None = None) -> None:
+        if self.ranks.rank != 0:
+            return
+        start, stop = self.log.run_start_time, self.log.run_stop_time
+        converged = self.status == "success"
+        summary = {
+            "benchmark": self.benchmark,
+            "framework": self.framework,
+            "config": self.cfg["name"],
+            "status": self.status or "aborted",
+            "converged": converged,
+            "time_to_train_s": (stop - start) if start and stop else None,
+            "staging_s": self.staging_s,
+            "epochs": self.epochs_done,
+            f"final_{self.quality.metric}": self.last_metric if math.isfinite(self.last_metric) else None,
+            "metric": self.quality.metric,
+            "target": self.quality.target,
+            "train_samples_per_s": self.train_samples / self.train_seconds if self.train_seconds else None,
+            "eval_samples_per_s": self.eval_samples / self.eval_seconds if self.eval_seconds else None,
+            "global_batch_size": self.cfg["data"]["batch_size"] * self.ranks.size,
+            "ranks": self.ranks.size,
+            "nodes": self.ranks.nodes,
+            "seed": self.seed,
+            "cache_clear": self.cache_report,
+            "software": software_stack(self.framework),
+            "mlperf_log": "mlperf.log",
+            "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
+        }
+        if error:
+            summary["error"] = error
+        write_summary(self.out_dir / "summary.json", summary)
