@@ -1,0 +1,221 @@
+"""CosmoFlow data: find the files of a split, read and validate one sample, build loaders.
+
+Reads any directory laid out like the public dataset: `<root>/train/` and
+`<root>/validation/` holding either one-sample GZIP (or plain) TFRecord files with
+features `x` (raw int16, S,S,S,4) and `y` (float32[4]), or the converted npy layout
+(`*_data.npy`, `*_label.npy`, listed in `files_data.lst` / `files_label.lst`).
+As the reference: files sorted by name, the first n of them used, sharded rank::size,
+transform x = log(x + 1) (or x / mean(x) when apply_log is false).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import numpy as np
+
+from hpckit.common.errors import KitError
+
+SPLITS = ("train", "validation")
+N_TARGETS = 4
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+@dataclass
+class SplitFiles:
+    """The files of one split. For npy, `labels[i]` belongs to `files[i]`."""
+    split: str
+    fmt: str                                   # "tfrecord" | "npy"
+    files: list[Path]
+    labels: list[Path] = field(default_factory=list)
+    compression: str | None = None             # TFRecord only: "GZIP" | None
+
+    def all_paths(self) -> list[Path]:
+        return self.files + self.labels
+
+    def subset(self, indices) -> "SplitFiles":
+        return SplitFiles(self.split, self.fmt, [self.files[i] for i in indices],
+                          [self.labels[i] for i in indices] if self.labels else [], self.compression)
+
+    def shard(self, rank: int, size: int) -> "SplitFiles":
+        return self.subset(range(rank, len(self.files), size))
+
+    def relocated(self, new_dir: Path) -> "SplitFiles":
+        return SplitFiles(self.split, self.fmt, [new_dir / f.name for f in self.files],
+                          [new_dir / f.name for f in self.labels], self.compression)
+
+
+def _read_list(path: Path) -> list[str]:
+    try:
+        return [line.strip() for line in path.read_text().splitlines() if line.strip()]
+    except OSError as e:
+        raise KitError(f"{path}: cannot read file list ({e.strerror})")
+
+
+def find_split(root: Path, split: str, n_samples: int, config_key: str) -> SplitFiles:
+    d = root / split
+    if not d.is_dir():
+        raise KitError(f"{d}: missing split folder (a dataset root holds train/ and validation/)")
+    if (d / "files_data.lst").exists():
+        data = _read_list(d / "files_data.lst")
+        if not (d / "files_label.lst").exists():
+            raise KitError(f"{d}: files_data.lst without files_label.lst")
+        labels = _read_list(d / "files_label.lst")
+        if len(data) != len(labels):
+            raise KitError(f"{d}: files_data.lst lists {len(data)} files, files_label.lst {len(labels)}")
+        pairs = sorted(zip(data, labels))
+        found = SplitFiles(split, "npy", [d / a for a, _ in pairs], [d / b for _, b in pairs])
+    else:
+        files = sorted(p for p in d.iterdir() if p.name.endswith(".tfrecord") or p.name.endswith(".tfrecord.gz"))
+        found = SplitFiles(split, "tfrecord", files)
+    if not found.files:
+        raise KitError(f"{d}: empty split folder (no *.tfrecord files and no files_data.lst)")
+    if len(found.files) < n_samples:
+        raise KitError(f"{d}: holds {len(found.files)} samples but config key '{config_key}' asks for {n_samples}")
+    found = found.subset(range(n_samples))
+    for p in found.all_paths():
+        if not p.is_file():
+            raise KitError(f"{p}: listed sample file is missing")
+    if found.fmt == "tfrecord":
+        found.compression = "GZIP" if _starts_with(found.files[0], GZIP_MAGIC) else None
+    return found
+
+
+def _starts_with(path: Path, magic: bytes) -> bool:
+    try:
+        with open(path, "rb") as f:
+            return f.read(len(magic)) == magic
+    except OSError as e:
+        raise KitError(f"{path}: cannot read ({e.strerror})")
+
+
+def find_dataset(root: str | os.PathLike, n_train: int, n_valid: int) -> dict[str, SplitFiles]:
+    root = Path(root)
+    if not root.is_dir():
+        raise KitError(f"{root}: data directory does not exist")
+    return {"train": find_split(root, "train", n_train, "data.n_train"),
+            "validation": find_split(root, "validation", n_valid, "data.n_valid")}
+
+
+def read_sample(split: SplitFiles, index: int, size: int) -> tuple[np.ndarray, np.ndarray]:
+    """(x int16 [S,S,S,4], y float32 [4]) of sample `index`, validated; KitError names the file."""
+    shape = (size, size, size, N_TARGETS)
+    path = split.files[index]
+    if split.fmt == "tfrecord":
+        from hpckit.common import tfrecord
+        example = tfrecord.read_example_file(path, compression=split.compression)
+        if "x" not in example or "y" not in example:
+            raise KitError(f"{path}: TFRecord example lacks feature {'x' if 'x' not in example else 'y'}")
+        raw, y = example["x"], np.asarray(example["y"], dtype=np.float32)
+        if not isinstance(raw, (bytes, bytearray, memoryview)):
+            raise KitError(f"{path}: feature x is not a bytes feature")
+        if len(raw) != np.prod(shape) * 2:
+            raise KitError(f"{path}: feature x has {len(raw)} bytes, expected {np.prod(shape) * 2} "
+                           f"(int16 {'x'.join(map(str, shape))})")
+        x = np.frombuffer(raw, dtype="<i2").reshape(shape)
+        label_path = path
+    else:
+        x = _load_npy(path)
+        if x.shape != shape or x.dtype != np.int16:
+            raise KitError(f"{path}: array is {x.dtype} {x.shape}, expected int16 {shape}")
+        label_path = split.labels[index]
+        y = _load_npy(label_path).astype(np.float32).reshape(-1)
+    if y.shape != (N_TARGETS,):
+        raise KitError(f"{label_path}: target y has {y.size} values, expected {N_TARGETS}")
+    if not np.all(np.isfinite(y)):
+        raise KitError(f"{label_path}: target y is not finite ({y.tolist()})")
+    return x, y
+
+
+def _load_npy(path: Path) -> np.ndarray:
+    try:
+        return np.load(path, allow_pickle=False)
+    except (OSError, ValueError, EOFError) as e:
+        raise KitError(f"{path}: not a readable .npy array ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
+
+
+def transform(x: np.ndarray, apply_log: bool) -> np.ndarray:
+    x = x.astype(np.float32)
+    if apply_log:
+        return np.log1p(x)
+    return x / x.mean()
+
+
+def find_bad_file(split: SplitFiles, size: int) -> KitError | None:
+    """Re-read every file with the strict reader; the first problem found, or None.
+
+    Used after a framework's own reader failed with a message that names no file.
+    """
+    for i in range(len(split.files)):
+        try:
+            read_sample(split, i, size)
+        except KitError as e:
+            return e
+    return None
+
+
+# ---------------------------------------------------------------- PyTorch
+
+def torch_loader(split: SplitFiles, cfg: dict, train: bool, seed: int):
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    size, apply_log = cfg["data"]["sample_size"], cfg["data"]["apply_log"]
+
+    class CosmoDataset(Dataset):
+        def __len__(self):
+            return len(split.files)
+
+        def __getitem__(self, i):
+            x, y = read_sample(split, i, size)
+            return torch.from_numpy(transform(x, apply_log)), torch.from_numpy(y)
+
+    workers = cfg["data"]["loader_workers"]
+    generator = torch.Generator().manual_seed(seed)
+    return DataLoader(CosmoDataset(), batch_size=cfg["data"]["batch_size"],
+                      shuffle=train and cfg["data"]["shuffle"], drop_last=train, generator=generator,
+                      num_workers=workers, persistent_workers=workers > 0,
+                      prefetch_factor=cfg["data"]["prefetch"] if workers > 0 else None)
+
+
+# ---------------------------------------------------------------- TensorFlow
+
+def tf_dataset(split: SplitFiles, cfg: dict, train: bool, seed: int):
+    import tensorflow as tf
+
+    size, apply_log = cfg["data"]["sample_size"], cfg["data"]["apply_log"]
+    shape = (size, size, size, N_TARGETS)
+
+    def finish(x, y):
+        x = tf.cast(x, tf.float32)
+        x = tf.math.log(x + 1.0) if apply_log else x / tf.reduce_mean(x)
+        return x, y
+
+    index = tf.data.Dataset.range(len(split.files))
+    if train and cfg["data"]["shuffle"]:
+        index = index.shuffle(len(split.files), seed=seed, reshuffle_each_iteration=True)
+    if split.fmt == "tfrecord":
+        names = tf.constant([str(f) for f in split.files])
+        features = {"x": tf.io.FixedLenFeature([], tf.string), "y": tf.io.FixedLenFeature([N_TARGETS], tf.float32)}
+
+        def parse(record):
+            ex = tf.io.parse_single_example(record, features)
+            x = tf.reshape(tf.io.decode_raw(ex["x"], tf.int16), shape)
+            return x, ex["y"]
+
+        files = index.map(lambda i: tf.gather(names, i))
+        ds = tf.data.TFRecordDataset(files, compression_type=split.compression or "")
+        ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
+    else:
+        def load(i):
+            x, y = read_sample(split, int(i), size)
+            return x, y
+
+        ds = index.map(lambda i: tf.numpy_function(load, [i], (tf.int16, tf.float32)),
+                       num_parallel_calls=tf.data.AUTOTUNE)
+        ds = ds.map(lambda x, y: (tf.ensure_shape(x, shape), tf.ensure_shape(y, [N_TARGETS])))
+    ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
+    ds = ds.batch(cfg["data"]["batch_size"], drop_remainder=train)
+    return ds.prefetch(cfg["data"]["prefetch"])

@@ -1,0 +1,259 @@
+"""CosmoFlow training: schedule, the two framework back ends, and the run from data to verdict.
+
+Reads top to bottom: config -> dataset files -> cache clear -> init (model, optimizer)
+-> run_start -> staging -> loaders -> epochs (train, evaluate) -> run_stop.
+The MLPerf protocol itself lives in hpckit.common.run.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import time
+from pathlib import Path
+
+from hpckit.common import dist
+from hpckit.common.config import load_config, require
+from hpckit.common.errors import KitError
+from hpckit.common.mllog import HPC, C
+from hpckit.common.native_log import divert_native_stderr
+from hpckit.common.run import MLPerfRun, Quality
+from hpckit.common.staging import check_stage_dir
+from hpckit.cosmoflow import BENCHMARK, data
+from hpckit.cosmoflow.model_spec import validate_model_config
+
+
+# ---------------------------------------------------------------- config and schedule
+
+def validate_config(cfg: dict) -> None:
+    d, lr, t = cfg["data"], cfg["lr_schedule"], cfg["train"]
+    for key in ("sample_size", "n_train", "n_valid", "batch_size", "prefetch"):
+        require(d[key] >= 1, f"data.{key}", f"must be >= 1 (got {d[key]})")
+    require(d["loader_workers"] >= 0, "data.loader_workers", "must be >= 0")
+    require(cfg["optimizer"]["name"].lower() == "sgd", "optimizer.name", "CosmoFlow closed division uses sgd")
+    require(0.0 <= cfg["optimizer"]["momentum"] < 1.0, "optimizer.momentum", "must be in [0, 1)")
+    require(lr["base_lr"] >= 0.0, "lr_schedule.base_lr", f"must be >= 0 (got {lr['base_lr']})")
+    require(lr["base_batch_size"] >= 1, "lr_schedule.base_batch_size", "must be >= 1")
+    require(lr["scaling"] in ("linear", "sqrt", "none"), "lr_schedule.scaling", "must be linear, sqrt or none")
+    require(lr["n_warmup_epochs"] >= 0, "lr_schedule.n_warmup_epochs", "must be >= 0")
+    for epoch, factor in lr["decay_schedule"].items():
+        require(isinstance(epoch, int) and epoch >= 0, "lr_schedule.decay_schedule", f"epoch {epoch!r} is not an integer")
+        require(isinstance(factor, (int, float)) and factor > 0, "lr_schedule.decay_schedule",
+                f"factor for epoch {epoch} must be > 0")
+    require(t["n_epochs"] >= 1, "train.n_epochs", "must be >= 1")
+    require(0.0 < t["target_mae"], "train.target_mae", "must be > 0")
+    validate_model_config(cfg)
+
+
+def peak_lr(cfg: dict, global_batch: int) -> tuple[float, float]:
+    """(peak learning rate, scale factor) for the global batch, as the reference scales."""
+    lr = cfg["lr_schedule"]
+    ratio = global_batch / lr["base_batch_size"]
+    factor = {"linear": ratio, "sqrt": math.sqrt(ratio), "none": 1.0}[lr["scaling"]]
+    return lr["base_lr"] * factor, factor
+
+
+def learning_rate(cfg: dict, global_batch: int, epoch_index: int) -> float:
+    """LR of 0-based epoch `epoch_index`: linear warmup base -> peak, then the latest decay."""
+    lr = cfg["lr_schedule"]
+    base, (peak, _) = lr["base_lr"], peak_lr(cfg, global_batch)
+    warm = lr["n_warmup_epochs"]
+    if epoch_index < warm:
+        return base + epoch_index * (peak - base) / warm
+    factor, since = 1.0, -1
+    for boundary, f in lr["decay_schedule"].items():
+        if since <= boundary < epoch_index:
+            since, factor = boundary, f
+    return peak * factor
+
+
+def hyperparameters(cfg: dict, global_batch: int) -> list[tuple[str, object]]:
+    peak, factor = peak_lr(cfg, global_batch)
+    decay = cfg["lr_schedule"]["decay_schedule"]
+    return [
+        (C.OPT_WEIGHT_DECAY, cfg["model"]["l2"]),
+        (HPC.DROPOUT, cfg["model"]["dropout"]),
+        (C.GLOBAL_BATCH_SIZE, global_batch),
+        (C.TRAIN_SAMPLES, cfg["data"]["n_train"]),
+        (C.EVAL_SAMPLES, cfg["data"]["n_valid"]),
+        (C.OPT_BASE_LR, peak),
+        (C.OPT_LR_WARMUP_EPOCHS, cfg["lr_schedule"]["n_warmup_epochs"]),
+        (C.OPT_LR_WARMUP_FACTOR, factor),
+        (C.OPT_LR_DECAY_BOUNDARY_EPOCHS, sorted(decay)),
+        (C.OPT_LR_DECAY_FACTOR, [decay[k] for k in sorted(decay)]),
+        (C.OPT_NAME, "sgd"),
+    ]
+
+
+# ---------------------------------------------------------------- PyTorch back end
+
+class TorchBackend:
+    name = "pytorch"
+
+    def __init__(self, cfg: dict, seed: int, threads: int | None, out_dir: Path):
+        import torch
+        from hpckit.cosmoflow.model_torch import CosmoFlow
+        torch.manual_seed(seed)
+        if threads:
+            torch.set_num_threads(threads)
+        self.torch, self.cfg, self.seed = torch, cfg, seed
+        self.model = CosmoFlow(cfg)
+        self.params = [p for p in self.model.parameters()]
+        self.velocity = [torch.zeros_like(p) for p in self.params]
+        self.momentum = cfg["optimizer"]["momentum"]
+
+    def loaders(self, splits):
+        return (data.torch_loader(splits["train"], self.cfg, train=True, seed=self.seed),
+                data.torch_loader(splits["validation"], self.cfg, train=False, seed=self.seed))
+
+    def train_epoch(self, loader, split, lr: float) -> int:
+        torch = self.torch
+        self.model.train()
+        n = 0
+        for x, y in _diagnosed(loader, split, self.cfg):
+            loss = torch.mean((self.model(x) - y) ** 2) + self.model.l2_penalty()
+            grads = torch.autograd.grad(loss, self.params)
+            with torch.no_grad():
+                # Keras SGD (the reference's optimizer): v = m v - lr g; w += v
+                torch._foreach_mul_(self.velocity, self.momentum)
+                torch._foreach_add_(self.velocity, grads, alpha=-lr)
+                torch._foreach_add_(self.params, self.velocity)
+            n += x.shape[0]
+        return n
+
+    def evaluate(self, loader, split) -> tuple[float, int]:
+        torch = self.torch
+        self.model.eval()
+        total, n = 0.0, 0
+        with torch.no_grad():
+            for x, y in _diagnosed(loader, split, self.cfg):
+                total += torch.abs(self.model(x) - y).sum().item()
+                n += x.shape[0]
+        return total / (n * data.N_TARGETS), n
+
+
+# ---------------------------------------------------------------- TensorFlow back end
+
+class TensorFlowBackend:
+    name = "tensorflow"
+
+    def __init__(self, cfg: dict, seed: int, threads: int | None, out_dir: Path):
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        divert_native_stderr(out_dir / "tensorflow-native.log")
+        import keras
+        import tensorflow as tf
+        from hpckit.cosmoflow.model_tf import build_model
+        if threads:
+            tf.config.threading.set_intra_op_parallelism_threads(threads)
+        keras.utils.set_random_seed(seed)
+        self.tf, self.cfg, self.seed = tf, cfg, seed
+        self.model = build_model(cfg)
+        self.optimizer = keras.optimizers.SGD(learning_rate=0.0, momentum=cfg["optimizer"]["momentum"])
+        model, optimizer = self.model, self.optimizer
+
+        @tf.function
+        def train_step(x, y):
+            with tf.GradientTape() as tape:
+                loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+                if model.losses:
+                    loss += tf.add_n(model.losses)
+            grads = tape.gradient(loss, model.trainable_variables)
+            optimizer.apply_gradients(zip(grads, model.trainable_variables))
+            return tf.shape(x)[0]
+
+        @tf.function
+        def eval_step(x, y):
+            return tf.reduce_sum(tf.abs(model(x, training=False) - y)), tf.shape(x)[0]
+
+        self.train_step, self.eval_step = train_step, eval_step
+
+    def loaders(self, splits):
+        return (data.tf_dataset(splits["train"], self.cfg, train=True, seed=self.seed),
+                data.tf_dataset(splits["validation"], self.cfg, train=False, seed=self.seed))
+
+    def train_epoch(self, ds, split, lr: float) -> int:
+        self.optimizer.learning_rate.assign(lr)
+        n = 0
+        for x, y in _diagnosed(ds, split, self.cfg):
+            n += int(self.train_step(x, y))
+        return n
+
+    def evaluate(self, ds, split) -> tuple[float, int]:
+        total, n = 0.0, 0
+        for x, y in _diagnosed(ds, split, self.cfg):
+            s, k = self.eval_step(x, y)
+            total, n = total + float(s), n + int(k)
+        return total / (n * data.N_TARGETS), n
+
+
+BACKENDS = {"pytorch": TorchBackend, "tensorflow": TensorFlowBackend}
+
+
+def _diagnosed(batches, split: data.SplitFiles, cfg: dict):
+    """Iterate a framework's loader; if its reader fails, name the bad file in one line."""
+    it = iter(batches)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except KitError:
+            raise
+        except Exception as e:                       # a framework's reader error (tf.errors, worker)
+            bad = data.find_bad_file(split, cfg["data"]["sample_size"])
+            if bad is not None:
+                raise bad from None
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise KitError(f"{split.files[0].parent}: reading the {split.split} data failed: {first}") from None
+        yield batch
+
+
+# ---------------------------------------------------------------- the run
+
+def train(args) -> int:
+    cfg = load_config(BENCHMARK, args.config, args.overrides)
+    validate_config(cfg)
+    ranks = dist.detect()
+    if ranks.size > 1:
+        raise KitError(f"{ranks.size} ranks detected ({ranks.launcher}): multi-rank training needs the "
+                       "distributed wire-up, not available in this version; run one process")
+    seed = args.seed if args.seed is not None else int(time.time() * 1000) % (2 ** 31)
+    global_batch = cfg["data"]["batch_size"] * ranks.size
+    if cfg["data"]["n_train"] % global_batch:
+        raise KitError(f"config key 'data.n_train': {cfg['data']['n_train']} is not divisible by the global "
+                       f"batch {global_batch}")
+    files = data.find_dataset(args.data, cfg["data"]["n_train"], cfg["data"]["n_valid"])
+    stage_dir = Path(args.stage_dir) if args.stage_dir else None
+    if stage_dir is not None:
+        check_stage_dir(stage_dir, Path(args.data))
+    quality = Quality(HPC.EVAL_ERROR, cfg["train"]["target_mae"], higher_is_better=False)
+
+    with MLPerfRun(benchmark=BENCHMARK, framework=args.framework, cfg=cfg, seed=seed, ranks=ranks,
+                   out_dir=args.output_dir, quality=quality) as run:
+        run.clear_caches([p for split in files.values() for p in split.all_paths()])
+        run.init_start(hyperparameters(cfg, global_batch))
+        backend = BACKENDS[args.framework](cfg, seed, args.threads, run.out_dir)
+        run.start_run()
+
+        shares = {name: split.shard(ranks.rank, ranks.size) for name, split in files.items()}
+        staged = run.stage({name: s.all_paths() for name, s in shares.items()}, stage_dir)
+        if staged is not None:
+            shares = {name: s.relocated(staged[name]) for name, s in shares.items()}
+        train_data, valid_data = backend.loaders(shares)
+
+        def train_epoch(epoch: int) -> tuple[int, float]:
+            t0 = time.perf_counter()
+            n = backend.train_epoch(train_data, shares["train"], learning_rate(cfg, global_batch, epoch - 1))
+            return n * ranks.size, time.perf_counter() - t0
+
+        def evaluate() -> tuple[float, int, float]:
+            t0 = time.perf_counter()
+            mae, n = backend.evaluate(valid_data, shares["validation"])
+            return mae, n * ranks.size, time.perf_counter() - t0
+
+        converged = run.epochs(cfg["train"]["n_epochs"], train_epoch, evaluate)
+    verdict = "converged" if converged else "NOT converged"
+    print(f"hpckit train cosmoflow: {verdict}: eval_error {run.last_metric:.4f} "
+          f"(target {quality.target}) after {run.epochs_done} epochs; "
+          f"{args.output_dir}/mlperf.log, {args.output_dir}/summary.json")
+    return 0
