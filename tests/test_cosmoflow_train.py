@@ -1,0 +1,110 @@
+"""CosmoFlow training end to end on the mini config: converges, logs by the rules, stages,
+clears caches, and a sabotaged run is reported as not converged."""
+
+from __future__ import annotations
+
+import json
+import re
+
+import pytest
+
+from conftest import run_hpckit
+
+
+def mllog(path):
+    return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in path.read_text().splitlines()
+            if ":::MLLOG " in line]
+
+
+def check(log, ruleset="mini"):
+    return run_hpckit("check", log, "--ruleset", ruleset)
+
+
+@pytest.fixture(scope="module")
+def converged_run(mini_data, tmp_path_factory):
+    base = tmp_path_factory.mktemp("run-pytorch")
+    out, stage = base / "out", base / "node-local"
+    proc = run_hpckit("train", "cosmoflow", "--data", mini_data, "--config", "mini", "--output-dir", out,
+                      "--framework", "pytorch", "--stage-dir", stage, "--seed", "1", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    return out, stage, proc
+
+
+def test_mini_converges_and_summary_says_so(converged_run):
+    out, _, proc = converged_run
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "success" and s["converged"] is True
+    assert s["final_eval_error"] <= s["target"] == 0.23
+    assert 1 <= s["epochs"] <= 40
+    assert 0 < s["staging_s"] < s["time_to_train_s"]
+    assert s["train_samples_per_s"] > 0 and s["eval_samples_per_s"] > 0
+    assert s["global_batch_size"] == 8 and s["ranks"] == 1
+    assert {"python", "numpy", "mlperf_logging", "torch"} <= set(s["software"])
+    assert "converged" in proc.stdout
+
+
+def test_log_has_the_reference_order_and_passes_compliance(converged_run):
+    out, _, _ = converged_run
+    events = mllog(out / "mlperf.log")
+    keys = [e["key"] for e in events]
+    order = ["cache_clear", "init_start", "init_stop", "run_start", "staging_start", "staging_stop",
+             "epoch_start", "eval_start", "eval_stop", "epoch_stop", "eval_error", "run_stop"]
+    assert [keys.index(k) for k in order] == sorted(keys.index(k) for k in order)
+    assert keys[-1] == "run_stop" and events[-1]["metadata"]["status"] == "success"
+    for key in ("submission_benchmark", "number_of_nodes", "accelerators_per_node", "global_batch_size",
+                "opt_name", "opt_base_learning_rate", "opt_learning_rate_warmup_epochs",
+                "opt_learning_rate_warmup_factor", "opt_learning_rate_decay_boundary_epochs",
+                "opt_learning_rate_decay_factor", "dropout", "opt_weight_decay", "seed", "hpckit_config"):
+        assert keys.count(key) == 1, key
+    epochs = [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_error"]
+    assert epochs == list(range(1, len(epochs) + 1))
+    proc = check(out / "mlperf.log", "mini")
+    assert proc.returncode == 0 and proc.stdout.startswith("COMPLIANT"), proc.stdout + proc.stderr
+
+
+def test_staging_copies_the_share_inside_the_clock(converged_run, mini_data):
+    out, stage, _ = converged_run
+    for split in ("train", "validation"):
+        assert sorted(p.name for p in (stage / split).iterdir()) == sorted(p.name for p in (mini_data / split).iterdir())
+    events = mllog(out / "mlperf.log")
+    t = {e["key"]: e["time_ms"] for e in events if e["key"] in ("run_start", "staging_start", "staging_stop")}
+    assert t["run_start"] <= t["staging_start"] <= t["staging_stop"]
+    stop = next(e for e in events if e["key"] == "staging_stop")
+    assert stop["metadata"]["staged"] is True and stop["metadata"]["bytes"] > 0
+
+
+def test_cache_clear_really_evicts(converged_run):
+    out, _, _ = converged_run
+    clear = next(e for e in mllog(out / "mlperf.log") if e["key"] == "cache_clear")
+    md = clear["metadata"]
+    assert md["method"] == "posix_fadvise_dontneed" and md["files"] == 1024 + 128
+    assert md["resident_bytes_after"] == 0, md
+
+
+def test_tensorflow_backend_trains_and_logs(mini_data, tmp_path):
+    out = tmp_path / "tf"
+    proc = run_hpckit("train", "cosmoflow", "--data", mini_data, "--config", "mini", "--output-dir", out,
+                      "--framework", "tensorflow", "--seed", "2", "--set", "train.n_epochs=2", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert s["framework"] == "tensorflow" and s["epochs"] == 2 and "tensorflow" in s["software"]
+    # two epochs learn something: well below the trivial predictor's ~0.5
+    assert s["final_eval_error"] < 0.45
+    assert (out / "tensorflow-native.log").exists()
+    assert "Traceback" not in proc.stderr
+
+
+def test_learning_rate_zero_is_not_converged(mini_data, tmp_path):
+    out = tmp_path / "lr0"
+    proc = run_hpckit("train", "cosmoflow", "--data", mini_data, "--config", "mini", "--output-dir", out,
+                      "--seed", "3", "--set", "lr_schedule.base_lr=0", "--set", "train.n_epochs=3")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "NOT converged" in proc.stdout
+    s = json.loads((out / "summary.json").read_text())
+    assert s["converged"] is False and s["status"] == "aborted" and s["epochs"] == 3
+    assert s["final_eval_error"] > 0.4
+    stop = mllog(out / "mlperf.log")[-1]
+    assert stop["key"] == "run_stop" and stop["metadata"]["status"] == "aborted"
+    verdict = check(out / "mlperf.log", "mini")
+    assert verdict.returncode == 1 and verdict.stdout.startswith("NOT COMPLIANT")
+    assert re.search(r"eval_error", verdict.stdout)
