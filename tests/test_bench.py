@@ -1,0 +1,44 @@
+"""Bench scripts: they run and print every figure. Speed itself is never asserted here."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+
+from conftest import REPO
+
+NUMBER = r"([0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?)"
+
+
+def test_cosmoflow_throughput_prints_every_figure(tmp_path):
+    out_json = tmp_path / "figures.json"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "cosmoflow_throughput.py"), "--sizes", "mini",
+         "--steps", "2", "--warmup", "1", "--samples", "8", "--workdir", str(tmp_path),
+         "--json", str(out_json)],
+        capture_output=True, text=True, timeout=120, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("cosmoflow_throughput host="), lines[0]
+    for key in ("cpus=", "torch=", "tensorflow=", "precision=fp32", "device="):
+        assert key in lines[0], (key, lines[0])
+
+    expected = [rf"size=mini framework={fw} precision=fp32 device=\S+ train_step samples/s={NUMBER} \(step "
+                for fw in ("pytorch", "tensorflow")]
+    expected += [rf"size=mini format={fmt} loader={ld} precision=fp32 cache={cache} samples/s={NUMBER} \("
+                 for fmt in ("tfrecord", "npy") for ld in ("pytorch", "tensorflow") for cache in ("cold", "warm")]
+    expected += [rf"size=mini format=tfrecord {name} precision=fp32 cache={cache} MB/s={NUMBER} samples/s={NUMBER} \("
+                 for name in ("raw_gunzip_read", "read_example_file") for cache in ("cold", "warm")]
+    for pattern in expected:
+        hits = [m for m in (re.fullmatch("cosmoflow " + pattern + r".*\)", line) for line in lines) if m]
+        assert len(hits) == 1, f"expected one line matching {pattern!r} in:\n{proc.stdout}"
+        assert all(float(v) > 0 for v in hits[0].groups()), hits[0].group(0)
+
+    saved = json.loads(out_json.read_text())
+    assert len(saved["figures"]) == len(expected) == 14
+    assert all(f["samples/s"] > 0 for f in saved["figures"])
+    assert list(tmp_path.iterdir()) == [out_json]          # temporary datasets removed
