@@ -1,0 +1,214 @@
+"""Shared base of the MLPerf HPC checks: a dataset fixture and a training check.
+
+A benchmark adds only what is its own (see cosmoflow.py):
+
+    class CosmoFlowData(MLPerfDataset):
+        benchmark = 'cosmoflow'
+
+    @rfm.simple_test
+    class CosmoFlowCheck(MLPerfTraining):
+        benchmark = 'cosmoflow'
+        framework = parameter(['tensorflow', 'pytorch'])
+        dataset = fixture(CosmoFlowData, scope='session')
+
+The dataset fixture has session scope: it is generated once per ReFrame session and
+shared by every variant of the check. A site with a real dataset runs with
+`-S data_dir=/path/to/dataset`: `-S` without a test name sets the variable in the check
+and in its fixture alike, and with it set the fixture generates nothing, it only checks
+that the path holds train/ and validation/. (ReFrame fixtures cannot be made
+conditional on a variable, so the fixture stays in the graph and turns into that check.)
+
+Sabotage (a check that must FAIL): `-S CosmoFlowData.shuffle_labels=true` (or
+`-S shuffle_labels=true`, which also works but warns that the check itself has no such
+variable) generates the data with the targets permuted across samples; the training
+cannot converge and the sanity check reports "not converged: ...".
+
+Performance references are not kept here: every check reads them from the site
+profile's references.yaml (`reference = {'$ref': ...}`, looked up under the
+configuration's general/reference_prefix), keyed by check class, then
+partition, config and framework.
+"""
+
+import json
+import os
+
+import reframe as rfm
+import reframe.utility.sanity as sn
+import reframe.utility.typecheck as typ
+from reframe.core.builtins import (performance_function, run_after, run_before,
+                                   sanity_function, variable)
+from reframe.core.exceptions import SanityError
+
+REFERENCES_FILE = 'references.yaml'
+
+
+@sn.deferrable
+def load_json(path, writer):
+    """A JSON file as a dict; a readable sanity error if `writer` did not write it."""
+    try:
+        with open(path) as f:
+            return json.load(f)
+    except FileNotFoundError:
+        raise SanityError(f'{writer} wrote no {path} (see the job stderr)') from None
+    except json.JSONDecodeError as e:
+        raise SanityError(f'{path} is not valid JSON: {e}') from None
+
+
+@sn.deferrable
+def assert_trained(exitcode, summary_path):
+    """The training ran to its end: exit code 0, a summary, no error recorded in it."""
+    error = None
+    if os.path.isfile(summary_path):
+        error = sn.evaluate(load_json(summary_path, 'hpckit train')).get('error')
+    if exitcode != 0 or error:
+        raise SanityError(f'hpckit train failed (exit code {exitcode}): '
+                          f'{error or "see rfm_job.err"}')
+    return True
+
+
+@sn.deferrable
+def assert_compliant(stdout, ruleset):
+    """The `hpckit check` verdict: its NOT COMPLIANT line, with the reason, on failure."""
+    verdicts = sn.evaluate(sn.extractall(r'^((?:NOT )?COMPLIANT: .*)$', stdout, 1))
+    if not verdicts:
+        raise SanityError('no verdict from hpckit check in the job stdout')
+    if not verdicts[-1].startswith('COMPLIANT: ') or \
+            f' passes the {ruleset} ruleset ' not in verdicts[-1]:
+        raise SanityError(verdicts[-1])
+    return True
+
+
+@sn.deferrable
+def assert_converged(summary):
+    """Fail with 'not converged: final <metric> <value> > target <t> after <n> epochs'."""
+    if summary.get('converged') is True:
+        return True
+    metric = summary.get('metric', 'quality')
+    missed = '>' if 'error' in metric else '<'   # error: lower is better; accuracy: higher
+    raise SanityError(f"not converged: final {metric} {summary.get('final_' + metric)} "
+                      f"{missed} target {summary.get('target')} "
+                      f"after {summary.get('epochs')} epochs")
+
+
+class MLPerfDataset(rfm.RunOnlyRegressionTest):
+    """Fixture: `hpckit datagen` writes a synthetic dataset into <stagedir>/data."""
+
+    benchmark = variable(str)
+    config = variable(str, value='mini')
+    seed = variable(int, value=0)
+    shuffle_labels = variable(typ.Bool, value=False)
+    data_dir = variable(str, value='')   # an existing dataset: check it, generate nothing
+    executable = 'hpckit'
+
+    @property
+    def path(self):
+        return self.data_dir or os.path.join(self.stagedir, 'data')
+
+    @run_before('run')
+    def set_command(self):
+        if self.data_dir:
+            self.executable = 'ls'
+            self.executable_opts = ['-d', os.path.join(self.data_dir, 'train'),
+                                    os.path.join(self.data_dir, 'validation')]
+        else:
+            self.executable_opts = ['datagen', self.benchmark, '--config', self.config,
+                                    '--out', 'data', '--seed', str(self.seed)]
+            if self.shuffle_labels:
+                self.executable_opts.append('--shuffle-labels')
+
+    @sanity_function
+    def validate(self):
+        if self.data_dir:
+            return sn.assert_eq(self.job.exitcode, 0, msg=f'dataset {self.data_dir} has '
+                                'no train/ and validation/ directories')
+        manifest = load_json('data/manifest.json', 'hpckit datagen')
+        return sn.all([
+            sn.assert_eq(self.job.exitcode, 0,
+                         msg=f'hpckit datagen {self.benchmark} exited with code {{0}}'),
+            sn.assert_eq(manifest['shuffled_labels'], self.shuffle_labels,
+                         msg='manifest.json: shuffled_labels is {0}, expected {1}'),
+        ])
+
+
+class MLPerfTraining(rfm.RunOnlyRegressionTest):
+    """Train one benchmark to its quality target, check the log's compliance, time it.
+
+    A subclass sets `benchmark`, a `framework` parameter and a `dataset` fixture.
+    """
+
+    benchmark = variable(str)
+    config = variable(str, value='mini')
+    ruleset = variable(str, value='')      # '': 'mini' for the mini config, else hpc-3.0.0
+    seed = variable(int, value=0)
+    data_dir = variable(str, value='')     # '': train on the dataset fixture's data
+    stage_dir = variable(str, value='')    # node-local staging; '': <stagedir>/staged
+    overrides = variable(typ.List[str], value=[])   # `--set key=value` for hpckit train
+
+    valid_systems = ['+mlperf']
+    valid_prog_environs = ['+hpckit']
+    num_tasks = 1
+    executable = 'hpckit'
+    keep_files = ['out/mlperf.log', 'out/summary.json']
+    reference = {'$ref': REFERENCES_FILE}
+    # read by the performance functions: a missing one must fail, not be skipped
+    summary_keys = ('time_to_train_s', 'staging_s', 'train_samples_per_s',
+                    'eval_samples_per_s', 'epochs')
+
+    @run_after('init')
+    def add_tags(self):
+        self.tags |= {'mlperf', self.benchmark}
+        self.ruleset = self.ruleset or ('mini' if self.config == 'mini' else 'hpc-3.0.0')
+
+    @run_before('run')
+    def set_command(self):
+        if not self.data_dir and self.dataset.config != self.config:
+            raise ValueError(f'the dataset fixture was generated for config '
+                             f'{self.dataset.config!r}, the training uses {self.config!r}: '
+                             f'set both with -S config=...')
+        self.executable_opts = [
+            'train', self.benchmark, '--data', self.data_dir or self.dataset.path,
+            '--config', self.config, '--framework', self.framework,
+            '--output-dir', 'out', '--stage-dir', self.stage_dir or 'staged',
+            '--seed', str(self.seed)]
+        for o in self.overrides:
+            self.executable_opts += ['--set', o]
+        check = f'hpckit check out/mlperf.log --ruleset {self.ruleset}'
+        if self.ruleset == 'mini':
+            check += f' --config {self.config}'
+        self.postrun_cmds = ['echo "hpckit train exit code: $?"', check]
+
+    @property
+    def summary(self):
+        return load_json('out/summary.json', 'hpckit train')
+
+    @sanity_function
+    def validate(self):
+        exitcode = sn.extractsingle(r'^hpckit train exit code: (\d+)$', self.stdout, 1, int)
+        return sn.all([
+            assert_trained(exitcode, 'out/summary.json'),
+            assert_converged(self.summary),
+            assert_compliant(self.stdout, self.ruleset),
+            sn.assert_eq(self.summary['status'], 'success', msg='summary status {0!r}'),
+            *(sn.assert_in(key, self.summary, msg='summary.json has no {0!r}')
+              for key in self.summary_keys),
+        ])
+
+    @performance_function('min')
+    def time_to_train(self):
+        return self.summary['time_to_train_s'] / 60
+
+    @performance_function('s')
+    def staging_time(self):
+        return self.summary['staging_s']
+
+    @performance_function('samples/s')
+    def train_throughput(self):
+        return self.summary['train_samples_per_s']
+
+    @performance_function('samples/s')
+    def eval_throughput(self):
+        return self.summary['eval_samples_per_s']
+
+    @performance_function('epochs')
+    def epochs(self):
+        return self.summary['epochs']

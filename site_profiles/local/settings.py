@@ -1,0 +1,94 @@
+"""ReFrame site profile `local`: any Linux machine, checks run through the repository's venv.
+
+    reframe -C site_profiles/local/settings.py -c reframe_checks/ -r
+
+Everything ReFrame writes goes under the repository root (stage/, output/, perflogs/;
+git-ignored) unless moved with --prefix/RFM_PREFIX, --stage/--outputdir or --perflogdir.
+Performance references are read from references.yaml next to this file: the checks name
+it with `reference = {'$ref': 'references.yaml'}` and ReFrame looks it up under the
+reference prefix, which this file sets to its own directory (see below).
+
+Partitions:
+  default  local launcher, one process: where the MLPerf checks run (feature `mlperf`).
+  mpi      mpirun launcher, for multi-rank runs; not selected by the checks by default:
+           reframe ... -r --system local:mpi -S valid_systems=local:mpi -S num_tasks=2
+"""
+
+import os
+
+_here = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(_here))
+VENV_BIN = os.path.join(REPO, '.venv', 'bin')
+
+# External references (ReFrame 4.10): the documented configuration option
+# general/reference_prefix is missing from the configuration schema of ReFrame 4.10.4
+# ("Additional properties are not allowed ('reference_prefix' was unexpected)"), so the
+# prefix is given through its environment variable, which ReFrame reads only after
+# loading this file. setdefault: an RFM_REFERENCE_PREFIX set by the caller wins.
+os.environ.setdefault('RFM_REFERENCE_PREFIX', _here)
+
+# The machine has few cores: one training at a time, each using all of them.
+_partition = {
+    'scheduler': 'local',
+    'environs': ['hpckit-venv'],
+    'max_jobs': 1,
+    'time_limit': '1h',
+}
+
+site_configuration = {
+    'systems': [
+        {
+            'name': 'local',
+            'descr': 'Any Linux machine (site profile site_profiles/local)',
+            'hostnames': ['.*'],
+            'prefix': REPO,
+            'partitions': [
+                {**_partition, 'name': 'default', 'launcher': 'local',
+                 'descr': 'local processes, one rank', 'features': ['mlperf']},
+                {**_partition, 'name': 'mpi', 'launcher': 'mpirun',
+                 'descr': 'local processes under mpirun', 'features': ['mpi']},
+            ],
+        },
+    ],
+    'environments': [
+        {
+            'name': 'hpckit-venv',
+            'features': ['hpckit'],
+            'env_vars': [
+                ['PATH', f'"{VENV_BIN}":$PATH'],
+                ['OMP_NUM_THREADS', '$(nproc)'],
+                ['PYTHONUNBUFFERED', '1'],
+            ],
+        },
+    ],
+    'logging': [
+        {
+            'handlers$': [
+                {'type': 'stream', 'name': 'stdout', 'level': 'info',
+                 'format': '%(message)s'},
+            ],
+            'handlers': [
+                {'type': 'file', 'level': 'debug2', 'append': False,
+                 'format': '[%(asctime)s] %(levelname)s: %(check_info)s: %(message)s'},
+            ],
+            # One file per test under <prefix>/perflogs/<system>/<partition>/, one line
+            # per performance variable with value, unit, reference, thresholds, verdict.
+            'perflog_multiline': True,
+            'handlers_perflog': [
+                {
+                    'type': 'filelog',
+                    'prefix': '%(check_system)s/%(check_partition)s',
+                    'level': 'info',
+                    'append': True,
+                    'format': ('%(check_job_completion_time)s|%(check_result)s|'
+                               '%(check_display_name)s|%(check_environ)s|'
+                               '%(check_config)s|%(check_seed)s|%(check_perf_var)s|'
+                               '%(check_perf_value)s|%(check_perf_unit)s|'
+                               '%(check_perf_ref)s|%(check_perf_lower_thres)s|'
+                               '%(check_perf_upper_thres)s|%(check_perf_result)s|'
+                               '%(check_job_nodelist)s'),
+                },
+            ],
+        },
+    ],
+}

@@ -1,0 +1,143 @@
+"""The ReFrame checks, run the way a site runs them:
+
+    reframe -C site_profiles/local/settings.py -c reframe_checks/ -r
+
+SLOW END-TO-END TESTS: `test_full_run_passes` and `test_shuffled_labels_fail` run real
+ReFrame, real data generation and real trainings (minutes each on a small machine);
+select the quick ones with `-m "not slow"`. Everything ReFrame writes (stage, output,
+perflogs, report, results database, its log) goes under pytest's tmp_path; the
+repository is not touched.
+"""
+
+import json
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+REPO = Path(__file__).resolve().parents[1]
+REFRAME = Path(sys.executable).parent / 'reframe'
+SETTINGS = 'site_profiles/local/settings.py'
+REFERENCES = 'site_profiles/local/references.yaml'
+FRAMEWORKS = ('tensorflow', 'pytorch')
+TRAINING_TIMEOUT_S = 3600
+
+
+def reframe(tmp_path, *args, timeout=120):
+    """Run ReFrame from the repository root with all of its output under tmp_path."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith('RFM_')}
+    env.update(HOME=str(tmp_path / 'home'), RFM_PREFIX=str(tmp_path / 'rfm'),
+               RFM_REPORT_FILE=str(tmp_path / 'report.json'),
+               RFM_COLORIZE='n', TMPDIR=str(tmp_path))
+    (tmp_path / 'home').mkdir(exist_ok=True)
+    proc = subprocess.run([str(REFRAME), '-C', SETTINGS, '-c', 'reframe_checks/', *args],
+                          cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    return proc.returncode, proc.stdout + proc.stderr
+
+
+def ok_line(framework):
+    return re.compile(r'^\[\s+OK \] \(\d+/\d+\) CosmoFlowCheck %framework='
+                      rf'{framework} /\w+ @local:default\+hpckit-venv$', re.M)
+
+
+def perflog_records(tmp_path):
+    """{(framework, perf_var): (value, unit, verdict, reference)} from the perflogs."""
+    logs = list((tmp_path / 'rfm' / 'perflogs' / 'local' / 'default').glob('*.log'))
+    assert logs, 'no perflog files written'
+    records = {}
+    for line in (ln for log in logs for ln in log.read_text().splitlines()):
+        # completion time|result|display name|environ|config|seed|var|value|unit|ref|
+        # lower|upper|verdict|nodelist (site_profiles/local/settings.py)
+        fields = line.split('|')
+        fw = re.fullmatch(r'CosmoFlowCheck %framework=(\w+)', fields[2])
+        if fw:
+            records[fw[1], fields[6]] = (float(fields[7]), fields[8], fields[12],
+                                         float(fields[9]))
+    return records
+
+
+def kept_summaries(tmp_path):
+    """{framework: summary.json} as kept in ReFrame's output directory."""
+    out = tmp_path / 'rfm' / 'output' / 'local' / 'default' / 'hpckit-venv'
+    summaries = [json.loads(p.read_text()) for p in out.glob('CosmoFlowCheck_*/summary.json')]
+    return {s['framework']: s for s in summaries}
+
+
+def test_list_and_dry_run(tmp_path):
+    """Quick: both variants listed; the job scripts hold the hpckit commands; the
+    site references are picked up without any extra option."""
+    rc, out = reframe(tmp_path, '-l')
+    assert rc == 0, out
+    for fw in FRAMEWORKS:
+        assert f'- CosmoFlowCheck %framework={fw} ' in out
+    assert out.count("^CosmoFlowData ~local 'dataset") == 2   # one fixture, shared
+    assert 'Found 2 check(s)' in out
+
+    rc, out = reframe(tmp_path, '--dry-run')
+    assert rc == 0, out
+    stage = tmp_path / 'rfm' / 'stage' / 'local' / 'default' / 'hpckit-venv'
+    datagen = (next(stage.glob('CosmoFlowData_*')) / 'rfm_job.sh').read_text()
+    assert 'hpckit datagen cosmoflow --config mini --out data --seed 0\n' in datagen
+    scripts = [p.read_text() for p in stage.glob('CosmoFlowCheck_*/rfm_job.sh')]
+    for fw in FRAMEWORKS:
+        [script] = [s for s in scripts if f'--framework {fw} ' in s]
+        assert re.search(r'^hpckit train cosmoflow --data \S+/CosmoFlowData_\w+/data '
+                         rf'--config mini --framework {fw} --output-dir out ', script, re.M)
+        assert 'hpckit check out/mlperf.log --ruleset mini' in script
+    assert out.count('P: time_to_train: None min (r:') == 2   # references.yaml
+
+
+def test_site_dataset_is_not_generated(tmp_path):
+    """Quick: with -S data_dir=DIR nothing is generated and both trainings read DIR."""
+    rc, out = reframe(tmp_path, '--dry-run', '-S', 'data_dir=/site/cosmoflow')
+    assert rc == 0, out
+    stage = tmp_path / 'rfm' / 'stage' / 'local' / 'default' / 'hpckit-venv'
+    fixture = (next(stage.glob('CosmoFlowData_*')) / 'rfm_job.sh').read_text()
+    assert 'datagen' not in fixture
+    assert 'ls -d /site/cosmoflow/train /site/cosmoflow/validation' in fixture
+    for script in stage.glob('CosmoFlowCheck_*/rfm_job.sh'):
+        assert 'hpckit train cosmoflow --data /site/cosmoflow ' in script.read_text()
+
+
+@pytest.mark.slow
+def test_full_run_passes(tmp_path):
+    rc, out = reframe(tmp_path, '-r', timeout=TRAINING_TIMEOUT_S)
+    assert rc == 0, out
+    assert re.search(r'^\[\s+PASSED\s+\] Ran 3/3 test case', out, re.M), out
+    for fw in FRAMEWORKS:
+        assert ok_line(fw).search(out), out
+    assert len(re.findall(r'^\[\s+OK \] \(\d/3\) CosmoFlowData ', out, re.M)) == 1
+
+    records, summaries = perflog_records(tmp_path), kept_summaries(tmp_path)
+    references = yaml.safe_load((REPO / REFERENCES).read_text())['CosmoFlowCheck']
+    for fw in FRAMEWORKS:
+        summary = summaries[fw]
+        assert summary['converged'] is True and summary['status'] == 'success'
+        expected = {'time_to_train': (summary['time_to_train_s'] / 60, 'min'),
+                    'staging_time': (summary['staging_s'], 's'),
+                    'train_throughput': (summary['train_samples_per_s'], 'samples/s'),
+                    'eval_throughput': (summary['eval_samples_per_s'], 'samples/s'),
+                    'epochs': (summary['epochs'], 'epochs')}
+        refs = references['local:default']['mini'][fw]   # the site's, applied
+        for var, (value, unit) in expected.items():
+            ref = refs[var][0] if var in refs else 0
+            assert records[fw, var] == (pytest.approx(value), unit, 'pass', ref), (fw, var)
+
+
+@pytest.mark.slow
+def test_shuffled_labels_fail(tmp_path):
+    """Sabotage: targets permuted across samples, so the training cannot converge.
+    One variant only (tensorflow: the faster one here), run to its last epoch."""
+    rc, out = reframe(tmp_path, '-r', '-n', 'CosmoFlowCheck%framework=tensorflow',
+                      '-S', 'CosmoFlowData.shuffle_labels=true', timeout=TRAINING_TIMEOUT_S)
+    assert rc != 0, out
+    assert re.search(r'^\[\s+FAIL \] \(\d/2\) CosmoFlowCheck %framework=tensorflow ',
+                     out, re.M), out
+    assert re.search(r'not converged: final eval_error \S+ > target \S+ after \d+ epochs',
+                     out), out
+    assert re.search(r'^\[\s+FAILED\s+\] Ran 2/2 test case\(s\) .* \(1 failure', out, re.M), out
