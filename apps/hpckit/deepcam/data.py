@@ -1,0 +1,222 @@
+"""DeepCAM data: find the files of a split, load stats.h5, read and validate one sample, loaders.
+
+Reads any directory laid out like the public dataset: `<root>/stats.h5`,
+`<root>/train/data-*.h5`, `<root>/validation/data-*.h5`, every sample an HDF5 file with
+`climate/data` (H, W, C) channels last and `climate/labels_0` (H, W) with classes
+0 background, 1 tropical cyclone, 2 atmospheric river.
+
+As the reference (mlcommons/hpc deepcam/src/deepCam/data/cam_hdf5_dataset.py): files sorted
+by name; x = (data - minval) * (1 / (maxval - minval)) per channel with minval / maxval from
+stats.h5, in float32, then transposed HWC -> CHW; labels cast to int64. The reference has no
+other normalisation. Here the first n files of a split are used and a shard is rank::size
+of them.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hpckit.common.errors import KitError
+
+SPLITS = ("train", "validation")
+STATS_FILE = "stats.h5"
+STATS_KEYS = ("count", "mean", "sqmean", "minval", "maxval")
+DATA_KEY = "climate/data"
+LABEL_KEY = "climate/labels_0"
+N_CLASSES = 3
+NORMALIZATIONS = ("minmax",)
+
+
+@dataclass
+class DeepCamFiles:
+    """The sample files of one split, sorted by name."""
+    split: str
+    files: list[Path]
+
+    def __len__(self) -> int:
+        return len(self.files)
+
+    def subset(self, indices) -> "DeepCamFiles":
+        return DeepCamFiles(self.split, [self.files[i] for i in indices])
+
+    def shard(self, rank: int, size: int) -> "DeepCamFiles":
+        if size < 1 or not 0 <= rank < size:
+            raise ValueError(f"bad shard {rank} of {size}")
+        return self.subset(range(rank, len(self.files), size))
+
+    def relocated(self, new_dir: Path) -> "DeepCamFiles":
+        return DeepCamFiles(self.split, [Path(new_dir) / f.name for f in self.files])
+
+
+def _h5_error(e: BaseException) -> str:
+    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return text.strip()
+
+
+def find_split(root: Path, split: str, n_samples: int, config_key: str) -> DeepCamFiles:
+    d = root / split
+    if not d.is_dir():
+        raise KitError(f"{d}: missing split folder (a dataset root holds stats.h5, train/ and validation/)")
+    files = sorted(p for p in d.iterdir() if p.name.startswith("data-") and p.name.endswith(".h5"))
+    if not files:
+        raise KitError(f"{d}: empty split folder (no data-*.h5 files)")
+    if len(files) < n_samples:
+        raise KitError(f"{d}: holds {len(files)} samples but config key '{config_key}' asks for {n_samples}")
+    found = DeepCamFiles(split, files[:n_samples])
+    for p in found.files:
+        if not p.is_file():
+            raise KitError(f"{p}: sample is not a regular file")
+    return found
+
+
+def find_dataset(root: str | os.PathLike, n_train: int, n_valid: int) -> dict[str, DeepCamFiles]:
+    root = Path(root)
+    if not root.is_dir():
+        raise KitError(f"{root}: data directory does not exist")
+    if not (root / STATS_FILE).is_file():
+        raise KitError(f"{root / STATS_FILE}: missing stats.h5 (per-channel statistics for the normalisation)")
+    return {"train": find_split(root, "train", n_train, "data.n_train"),
+            "validation": find_split(root, "validation", n_valid, "data.n_valid")}
+
+
+def load_stats(root: str | os.PathLike, n_channels: int = 16) -> dict[str, np.ndarray]:
+    """climate/{count, mean, sqmean, minval, maxval} of <root>/stats.h5 as numpy arrays,
+    checked: every key present, vectors of n_channels finite values, maxval > minval."""
+    import h5py
+
+    path = Path(root) / STATS_FILE
+    if Path(root).is_dir() and not path.is_file():
+        raise KitError(f"{path}: missing stats.h5 (per-channel statistics for the normalisation)")
+    out = {}
+    try:
+        with h5py.File(path, "r") as f:
+            for key in STATS_KEYS:
+                name = f"climate/{key}"
+                if name not in f or not isinstance(f[name], h5py.Dataset):
+                    raise KitError(f"{path}: stats.h5 lacks dataset '{name}'")
+                out[key] = np.asarray(f[name][()])
+    except OSError as e:
+        raise KitError(f"{path}: stats.h5 is not a readable HDF5 file ({_h5_error(e)})")
+    count = out["count"]
+    if not (count.ndim == 0 or count.shape == (n_channels,)) or not np.all(np.isfinite(count)) \
+            or np.any(count <= 0):
+        raise KitError(f"{path}: stats.h5 'climate/count' must be a positive number "
+                       f"(or {n_channels} of them), got shape {count.shape}")
+    for key in STATS_KEYS[1:]:
+        v = out[key]
+        if v.shape != (n_channels,):
+            raise KitError(f"{path}: stats.h5 'climate/{key}' has shape {v.shape}, expected ({n_channels},) "
+                           f"(config key 'data.n_channels')")
+        if v.dtype.kind not in "fiu" or not np.all(np.isfinite(v)):
+            raise KitError(f"{path}: stats.h5 'climate/{key}' holds non-finite or non-numeric values")
+    bad = np.nonzero(out["maxval"] <= out["minval"])[0]
+    if bad.size:
+        raise KitError(f"{path}: stats.h5 'climate/maxval' <= 'climate/minval' for channel {int(bad[0])} "
+                       f"(min-max normalisation would divide by zero)")
+    return out
+
+
+def normalisation(stats: dict, cfg: dict) -> tuple[np.ndarray, np.ndarray]:
+    """(shift, scale), float32 (C,), so that x = scale * (data - shift); as the reference:
+    shift = minval, scale = 1 / (maxval - minval)."""
+    kind = cfg["data"].get("normalization", "minmax")
+    if kind not in NORMALIZATIONS:
+        raise KitError(f"config key 'data.normalization': unknown value {kind!r} "
+                       f"(the reference normalises with {' | '.join(NORMALIZATIONS)})")
+    shift = np.asarray(stats["minval"], dtype=np.float32)
+    scale = (1.0 / (np.asarray(stats["maxval"], dtype=np.float32) - shift)).astype(np.float32)
+    return shift, scale
+
+
+def read_raw(path: Path, height: int, width: int, n_channels: int) -> tuple[np.ndarray, np.ndarray]:
+    """(data float32 (H, W, C), labels int64 (H, W)) of one file, validated; KitError names the file."""
+    import h5py
+
+    try:
+        with h5py.File(path, "r") as f:
+            for key in (DATA_KEY, LABEL_KEY):
+                if key not in f or not isinstance(f[key], h5py.Dataset):
+                    raise KitError(f"{path}: HDF5 file lacks dataset '{key}'")
+            dset, lset = f[DATA_KEY], f[LABEL_KEY]
+            if dset.ndim != 3:
+                raise KitError(f"{path}: '{DATA_KEY}' has shape {dset.shape}, expected (H, W, C) = "
+                               f"({height}, {width}, {n_channels})")
+            if dset.shape[2] != n_channels:
+                raise KitError(f"{path}: '{DATA_KEY}' has {dset.shape[2]} channels, expected {n_channels} "
+                               f"(config key 'data.n_channels')")
+            if dset.shape[:2] != (height, width):
+                raise KitError(f"{path}: '{DATA_KEY}' is {dset.shape[0]} x {dset.shape[1]} pixels, expected "
+                               f"{height} x {width} (config keys 'data.height', 'data.width')")
+            if lset.shape != (height, width):
+                raise KitError(f"{path}: '{LABEL_KEY}' has shape {lset.shape}, expected ({height}, {width})")
+            if dset.dtype.kind not in "fiu" or lset.dtype.kind not in "fiu":
+                raise KitError(f"{path}: data / labels are {dset.dtype} / {lset.dtype}, expected numbers")
+            data = dset[...]
+            labels = lset[...]
+    except OSError as e:
+        raise KitError(f"{path}: not a readable HDF5 file ({_h5_error(e)})")
+    data = data.astype(np.float32, copy=False)
+    if not np.isfinite(data).all():
+        bad = np.argwhere(~np.isfinite(data))[0]
+        raise KitError(f"{path}: '{DATA_KEY}' holds a non-finite value (NaN or inf) at pixel "
+                       f"({bad[0]}, {bad[1]}) channel {bad[2]}")
+    valid = (labels == 0) | (labels == 1) | (labels == 2)
+    if not valid.all():
+        bad = np.argwhere(~valid)[0]
+        raise KitError(f"{path}: '{LABEL_KEY}' holds {labels[tuple(bad)].item()!r} at pixel ({bad[0]}, {bad[1]}), "
+                       f"expected classes 0, 1, 2")
+    return data, labels.astype(np.int64)
+
+
+def read_sample(files: DeepCamFiles, index: int, stats: dict, cfg: dict,
+                norm: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(x float32 (C, H, W) normalised, y int64 (H, W)) of sample `index`; KitError names the file."""
+    d = cfg["data"]
+    data, labels = read_raw(files.files[index], d["height"], d["width"], d["n_channels"])
+    shift, scale = norm if norm is not None else normalisation(stats, cfg)
+    x = scale * (data - shift)
+    return np.ascontiguousarray(x.transpose(2, 0, 1)), labels
+
+
+def find_bad_file(files: DeepCamFiles, stats: dict, cfg: dict) -> KitError | None:
+    """Re-read every file with the strict reader; the first problem found, or None.
+
+    Used after a loader failed with a message that names no file.
+    """
+    norm = normalisation(stats, cfg)
+    for i in range(len(files.files)):
+        try:
+            read_sample(files, i, stats, cfg, norm)
+        except KitError as e:
+            return e
+    return None
+
+
+# ---------------------------------------------------------------- PyTorch
+
+def torch_loader(files: DeepCamFiles, stats: dict, cfg: dict, train: bool, seed: int):
+    """Batches of (x float32 (N, C, H, W), y int64 (N, H, W))."""
+    import torch
+    from torch.utils.data import DataLoader, Dataset
+
+    norm = normalisation(stats, cfg)
+
+    class CamDataset(Dataset):
+        def __len__(self):
+            return len(files.files)
+
+        def __getitem__(self, i):
+            x, y = read_sample(files, i, stats, cfg, norm)
+            return torch.from_numpy(x), torch.from_numpy(y)
+
+    d = cfg["data"]
+    workers = d["loader_workers"]
+    generator = torch.Generator().manual_seed(seed)
+    return DataLoader(CamDataset(), batch_size=d["batch_size"], shuffle=train and d["shuffle"],
+                      drop_last=train, generator=generator, num_workers=workers,
+                      persistent_workers=workers > 0,
+                      prefetch_factor=d["prefetch"] if workers > 0 else None)
