@@ -12,8 +12,7 @@ import sys
 
 from hpckit.common.errors import EXIT_USAGE, KitError
 
-BENCHMARKS = ("cosmoflow",)
-FRAMEWORKS = {"cosmoflow": ("tensorflow", "pytorch")}
+BENCHMARKS = ("cosmoflow", "deepcam")
 RULESETS = ("hpc-1.0.0", "hpc-2.0.0", "hpc-3.0.0", "mini")
 
 
@@ -35,9 +34,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="take counts and sample size from this training config (mini | reference | FILE)")
     p.add_argument("--train", type=int, default=None, help="training samples")
     p.add_argument("--valid", type=int, default=None, help="validation samples")
-    p.add_argument("--size", type=int, default=None, help="cube side S (default 128, or the config's)")
+    p.add_argument("--size", type=int, default=None, help="cosmoflow: cube side S (default 128, or the config's)")
+    p.add_argument("--height", type=int, default=None, help="deepcam: grid rows (default 768, or the config's)")
+    p.add_argument("--width", type=int, default=None, help="deepcam: grid columns (default 1152, or the config's)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--format", choices=("tfrecord", "npy"), default="tfrecord")
+    p.add_argument("--format", choices=("tfrecord", "npy"), default="tfrecord", help="cosmoflow only")
     p.add_argument("--shuffle-labels", action="store_true",
                    help="sabotage: permute the targets across samples (for checks that must fail)")
     p.add_argument("--workers", type=int, default=None, help="generator processes (default: all cores)")
@@ -47,7 +48,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="dataset root with train/ and validation/")
     p.add_argument("--output-dir", required=True)
     _add_config(p)
-    p.add_argument("--framework", choices=("tensorflow", "pytorch"), default="pytorch")
+    p.add_argument("--framework", choices=("tensorflow", "pytorch"), default="pytorch",
+                   help="cosmoflow: either; deepcam: pytorch (as the reference)")
     p.add_argument("--stage-dir", default=None, help="node-local directory to stage the data into")
     p.add_argument("--seed", type=int, default=None, help="default: derived from the clock, logged")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")

@@ -40,6 +40,27 @@ class Quality:
         return value >= self.target if self.higher_is_better else value <= self.target
 
 
+def diagnosed(batches, locate_bad_file: Callable[[], KitError | None], where: str):
+    """Iterate a framework's loader; when its reader fails (a tf.errors op error, a worker
+    process's wrapped exception), re-read the files with the strict reader and raise the
+    one-line KitError that names the bad file."""
+    it = iter(batches)
+    while True:
+        try:
+            batch = next(it)
+        except StopIteration:
+            return
+        except KitError:
+            raise
+        except Exception as e:
+            bad = locate_bad_file()
+            if bad is not None:
+                raise bad from None
+            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+            raise KitError(f"{where}: reading the data failed: {first}") from None
+        yield batch
+
+
 class MLPerfRun:
     def __init__(self, *, benchmark: str, framework: str, cfg: dict, seed: int, ranks: Ranks,
                  out_dir: str | os.PathLike, quality: Quality, accelerators_per_node: int = 0):

@@ -17,7 +17,7 @@ from hpckit.common.config import load_config, require
 from hpckit.common.errors import KitError
 from hpckit.common.mllog import HPC, C
 from hpckit.common.native_log import divert_native_stderr
-from hpckit.common.run import MLPerfRun, Quality
+from hpckit.common.run import MLPerfRun, Quality, diagnosed
 from hpckit.common.staging import check_stage_dir
 from hpckit.cosmoflow import BENCHMARK, data
 from hpckit.cosmoflow.model_spec import validate_model_config
@@ -190,22 +190,8 @@ BACKENDS = {"pytorch": TorchBackend, "tensorflow": TensorFlowBackend}
 
 
 def _diagnosed(batches, split: data.SplitFiles, cfg: dict):
-    """Iterate a framework's loader; if its reader fails, name the bad file in one line."""
-    it = iter(batches)
-    while True:
-        try:
-            batch = next(it)
-        except StopIteration:
-            return
-        except KitError:
-            raise
-        except Exception as e:                       # a framework's reader error (tf.errors, worker)
-            bad = data.find_bad_file(split, cfg["data"]["sample_size"])
-            if bad is not None:
-                raise bad from None
-            first = (str(e).strip().splitlines() or [type(e).__name__])[0]
-            raise KitError(f"{split.files[0].parent}: reading the {split.split} data failed: {first}") from None
-        yield batch
+    return diagnosed(batches, lambda: data.find_bad_file(split, cfg["data"]["sample_size"]),
+                     f"{split.files[0].parent}")
 
 
 # ---------------------------------------------------------------- the run

@@ -1,0 +1,167 @@
+"""DeepCAM training: loss, IoU, the PyTorch loop, and the run from data to verdict.
+
+Reads top to bottom: config -> dataset files and stats.h5 -> cache clear -> init (model,
+optimizer, schedule) -> run_start -> staging -> loaders -> epochs (train with gradient
+accumulation, evaluate mean IoU) -> run_stop. The MLPerf protocol lives in hpckit.common.run.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import torch
+
+from hpckit.common import dist, optim
+from hpckit.common.config import load_config, require
+from hpckit.common.errors import KitError
+from hpckit.common.mllog import C
+from hpckit.common.run import MLPerfRun, Quality, diagnosed
+from hpckit.common.staging import check_stage_dir
+from hpckit.deepcam import BENCHMARK, data
+from hpckit.deepcam.model import build_model, validate_model_config
+
+EVAL_ACCURACY = "eval_accuracy"
+
+
+def validate_config(cfg: dict) -> None:
+    d, t = cfg["data"], cfg["train"]
+    for key in ("n_train", "n_valid", "batch_size", "prefetch", "n_channels"):
+        require(isinstance(d[key], int) and d[key] >= 1, f"data.{key}", f"must be an integer >= 1 (got {d[key]!r})")
+    require(d["loader_workers"] >= 0, "data.loader_workers", "must be >= 0")
+    require(t["n_epochs"] >= 1, "train.n_epochs", "must be >= 1")
+    require(0.0 < t["target_iou"] <= 1.0, "train.target_iou", f"must be in (0, 1] (got {t['target_iou']})")
+    require(t["gradient_accumulation_frequency"] >= 1, "train.gradient_accumulation_frequency", "must be >= 1")
+    freqs = t["class_frequencies"]
+    require(len(freqs) == cfg["model"]["n_classes"] and all(0 < f <= 1 for f in freqs),
+            "train.class_frequencies", "one frequency in (0, 1] per class")
+    validate_model_config(cfg)
+    optim.check_optimizer_config(cfg["optimizer"])
+    optim.check_scheduler_config(cfg["scheduler"])
+
+
+def class_weights(cfg: dict) -> torch.Tensor:
+    """The reference's loss weights: class frequency ** -0.125."""
+    return torch.tensor([f ** -0.125 for f in cfg["train"]["class_frequencies"]], dtype=torch.float32)
+
+
+def weighted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """Per-pixel weighted CE averaged over all pixels (reduction 'none' then mean, as upstream)."""
+    return torch.nn.functional.cross_entropy(logits, labels, weight=weights, reduction="none").mean()
+
+
+def iou_per_sample(pred: torch.Tensor, labels: torch.Tensor, n_classes: int) -> torch.Tensor:
+    """Mean IoU over classes for each sample; a class absent from both counts as 1 (upstream)."""
+    p, g = pred.reshape(pred.shape[0], -1), labels.reshape(labels.shape[0], -1)
+    ious = []
+    for c in range(n_classes):
+        pc, gc = p == c, g == c
+        tp = (pc & gc).sum(1).double()
+        union = (pc | gc).sum(1).double()
+        ious.append(torch.where(union > 0, tp / union.clamp(min=1), torch.ones_like(tp)))
+    return torch.stack(ious, 1).mean(1)
+
+
+def hyperparameters(cfg: dict, global_batch: int) -> list[tuple[str, object]]:
+    return [
+        ("gradient_accumulation_frequency", cfg["train"]["gradient_accumulation_frequency"]),
+        (C.GLOBAL_BATCH_SIZE, global_batch),
+        ("batchnorm_group_size", cfg["model"]["batchnorm_group_size"]),
+        (C.TRAIN_SAMPLES, cfg["data"]["n_train"]),
+        (C.EVAL_SAMPLES, cfg["data"]["n_valid"]),
+        *optim.mlperf_optimizer_keys(cfg["optimizer"], cfg["scheduler"]),
+    ]
+
+
+class Trainer:
+    def __init__(self, cfg: dict, seed: int, threads: int | None):
+        torch.manual_seed(seed)
+        if threads:
+            torch.set_num_threads(threads)
+        self.cfg = cfg
+        self.model = build_model(cfg)
+        self.optimizer = optim.make_optimizer(self.model.parameters(), cfg["optimizer"])
+        self.scheduler = optim.make_scheduler(self.optimizer, cfg["scheduler"])
+        self.weights = class_weights(cfg)
+        self.accumulate = cfg["train"]["gradient_accumulation_frequency"]
+
+    def train_epoch(self, batches) -> int:
+        self.model.train()
+        n = 0
+        self.optimizer.zero_grad(set_to_none=True)
+        for i, (x, y) in enumerate(batches, start=1):
+            loss = weighted_cross_entropy(self.model(x), y, self.weights) / self.accumulate
+            loss.backward()
+            if i % self.accumulate == 0:
+                self.optimizer.step()
+                self.scheduler.step()
+                self.optimizer.zero_grad(set_to_none=True)
+            n += x.shape[0]
+        return n
+
+    def evaluate(self, batches) -> tuple[float, int]:
+        self.model.eval()
+        total, n = 0.0, 0
+        with torch.no_grad():
+            for x, y in batches:
+                pred = self.model(x).argmax(1)
+                total += iou_per_sample(pred, y, self.cfg["model"]["n_classes"]).sum().item()
+                n += x.shape[0]
+        return total / n, n
+
+
+def train(args) -> int:
+    if args.framework != "pytorch":
+        raise KitError(f"--framework {args.framework}: DeepCAM is implemented in PyTorch, as the reference")
+    cfg = load_config(BENCHMARK, args.config, args.overrides)
+    validate_config(cfg)
+    ranks = dist.detect()
+    if ranks.size > 1:
+        raise KitError(f"{ranks.size} ranks detected ({ranks.launcher}): multi-rank training needs the "
+                       "distributed wire-up, not available in this version; run one process")
+    seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
+    if seed <= 0:
+        raise KitError(f"--seed {seed}: the DeepCAM closed rules want a seed > 0")
+    accumulate = cfg["train"]["gradient_accumulation_frequency"]
+    global_batch = cfg["data"]["batch_size"] * ranks.size * accumulate
+    files = data.find_dataset(args.data, cfg["data"]["n_train"], cfg["data"]["n_valid"])
+    stats = data.load_stats(args.data, cfg["data"]["n_channels"])
+    stage_dir = Path(args.stage_dir) if args.stage_dir else None
+    if stage_dir is not None:
+        check_stage_dir(stage_dir, Path(args.data))
+    quality = Quality(EVAL_ACCURACY, cfg["train"]["target_iou"], higher_is_better=True)
+
+    with MLPerfRun(benchmark=BENCHMARK, framework="pytorch", cfg=cfg, seed=seed, ranks=ranks,
+                   out_dir=args.output_dir, quality=quality) as run:
+        run.clear_caches([p for split in files.values() for p in split.files])
+        run.init_start(hyperparameters(cfg, global_batch))
+        trainer = Trainer(cfg, seed, args.threads)
+        run.start_run()
+
+        shares = {name: split.shard(ranks.rank, ranks.size) for name, split in files.items()}
+        staged = run.stage({name: s.files for name, s in shares.items()}, stage_dir)
+        if staged is not None:
+            shares = {name: s.relocated(staged[name]) for name, s in shares.items()}
+        loaders = {name: data.torch_loader(s, stats, cfg, train=name == "train", seed=seed)
+                   for name, s in shares.items()}
+
+        def batches(name):
+            split = shares[name]
+            return diagnosed(loaders[name], lambda: data.find_bad_file(split, stats, cfg), str(split.files[0].parent))
+
+        def train_epoch(epoch: int) -> tuple[int, float]:
+            t0 = time.perf_counter()
+            n = trainer.train_epoch(batches("train"))
+            return n * ranks.size, time.perf_counter() - t0
+
+        def evaluate() -> tuple[float, int, float]:
+            t0 = time.perf_counter()
+            iou, n = trainer.evaluate(batches("validation"))
+            return iou, n * ranks.size, time.perf_counter() - t0
+
+        converged = run.epochs(cfg["train"]["n_epochs"], train_epoch, evaluate)
+    verdict = "converged" if converged else "NOT converged"
+    print(f"hpckit train deepcam: {verdict}: eval_accuracy (mean IoU) {run.last_metric:.4f} "
+          f"(target {quality.target}) after {run.epochs_done} epochs; "
+          f"{args.output_dir}/mlperf.log, {args.output_dir}/summary.json")
+    return 0
