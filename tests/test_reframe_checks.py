@@ -23,7 +23,9 @@ REPO = Path(__file__).resolve().parents[1]
 REFRAME = Path(sys.executable).parent / 'reframe'
 SETTINGS = 'site_profiles/local/settings.py'
 REFERENCES = 'site_profiles/local/references.yaml'
-FRAMEWORKS = ('tensorflow', 'pytorch')
+FRAMEWORKS = ('tensorflow', 'pytorch')                   # CosmoFlow's variants
+VARIANTS = [('CosmoFlowCheck', 'tensorflow'), ('CosmoFlowCheck', 'pytorch'),
+            ('DeepCAMCheck', 'pytorch')]
 TRAINING_TIMEOUT_S = 3600
 
 
@@ -40,13 +42,13 @@ def reframe(tmp_path, *args, timeout=120):
     return proc.returncode, proc.stdout + proc.stderr
 
 
-def ok_line(framework):
-    return re.compile(r'^\[\s+OK \] \(\d+/\d+\) CosmoFlowCheck %framework='
+def ok_line(check, framework):
+    return re.compile(rf'^\[\s+OK \] \(\d+/\d+\) {check} %framework='
                       rf'{framework} /\w+ @local:default\+hpckit-venv$', re.M)
 
 
 def perflog_records(tmp_path):
-    """{(framework, perf_var): (value, unit, verdict, reference)} from the perflogs."""
+    """{(check, framework, perf_var): (value, unit, verdict, reference)} from the perflogs."""
     logs = list((tmp_path / 'rfm' / 'perflogs' / 'local' / 'default').glob('*.log'))
     assert logs, 'no perflog files written'
     records = {}
@@ -54,18 +56,18 @@ def perflog_records(tmp_path):
         # completion time|result|display name|environ|config|seed|var|value|unit|ref|
         # lower|upper|verdict|nodelist (site_profiles/local/settings.py)
         fields = line.split('|')
-        fw = re.fullmatch(r'CosmoFlowCheck %framework=(\w+)', fields[2])
+        fw = re.fullmatch(r'(\w+Check) %framework=(\w+)', fields[2])
         if fw:
-            records[fw[1], fields[6]] = (float(fields[7]), fields[8], fields[12],
-                                         float(fields[9]))
+            records[fw[1], fw[2], fields[6]] = (float(fields[7]), fields[8], fields[12],
+                                                float(fields[9]))
     return records
 
 
 def kept_summaries(tmp_path):
-    """{framework: summary.json} as kept in ReFrame's output directory."""
+    """{(check, framework): summary.json} as kept in ReFrame's output directory."""
     out = tmp_path / 'rfm' / 'output' / 'local' / 'default' / 'hpckit-venv'
-    summaries = [json.loads(p.read_text()) for p in out.glob('CosmoFlowCheck_*/summary.json')]
-    return {s['framework']: s for s in summaries}
+    return {(p.parent.name.split('_')[0], json.loads(p.read_text())['framework']): json.loads(p.read_text())
+            for p in out.glob('*Check_*/summary.json')}
 
 
 def test_list_and_dry_run(tmp_path):
@@ -75,8 +77,9 @@ def test_list_and_dry_run(tmp_path):
     assert rc == 0, out
     for fw in FRAMEWORKS:
         assert f'- CosmoFlowCheck %framework={fw} ' in out
+    assert '- DeepCAMCheck %framework=pytorch ' in out
     assert out.count("^CosmoFlowData ~local 'dataset") == 2   # one fixture, shared
-    assert 'Found 2 check(s)' in out
+    assert 'Found 3 check(s)' in out
 
     rc, out = reframe(tmp_path, '--dry-run')
     assert rc == 0, out
@@ -89,12 +92,16 @@ def test_list_and_dry_run(tmp_path):
         assert re.search(r'^hpckit train cosmoflow --data \S+/CosmoFlowData_\w+/data '
                          rf'--config mini --framework {fw} --output-dir out ', script, re.M)
         assert 'hpckit check out/mlperf.log --ruleset mini' in script
-    assert out.count('P: time_to_train: None min (r:') == 2   # references.yaml
+    deepcam = (next(stage.glob('DeepCAMCheck_*')) / 'rfm_job.sh').read_text()
+    assert re.search(r'^hpckit train deepcam --data \S+/DeepCAMData_\w+/data --config mini '
+                     r'--framework pytorch --output-dir out .*--seed 333$', deepcam, re.M)
+    assert 'hpckit check out/mlperf.log --ruleset mini' in deepcam
+    assert out.count('P: time_to_train: None min (r:') == 3   # references.yaml
 
 
 def test_site_dataset_is_not_generated(tmp_path):
     """Quick: with -S data_dir=DIR nothing is generated and both trainings read DIR."""
-    rc, out = reframe(tmp_path, '--dry-run', '-S', 'data_dir=/site/cosmoflow')
+    rc, out = reframe(tmp_path, '--dry-run', '-n', 'CosmoFlowCheck', '-S', 'data_dir=/site/cosmoflow')
     assert rc == 0, out
     stage = tmp_path / 'rfm' / 'stage' / 'local' / 'default' / 'hpckit-venv'
     fixture = (next(stage.glob('CosmoFlowData_*')) / 'rfm_job.sh').read_text()
@@ -108,25 +115,26 @@ def test_site_dataset_is_not_generated(tmp_path):
 def test_full_run_passes(tmp_path):
     rc, out = reframe(tmp_path, '-r', timeout=TRAINING_TIMEOUT_S)
     assert rc == 0, out
-    assert re.search(r'^\[\s+PASSED\s+\] Ran 3/3 test case', out, re.M), out
-    for fw in FRAMEWORKS:
-        assert ok_line(fw).search(out), out
-    assert len(re.findall(r'^\[\s+OK \] \(\d/3\) CosmoFlowData ', out, re.M)) == 1
+    assert re.search(r'^\[\s+PASSED\s+\] Ran 5/5 test case', out, re.M), out
+    for check, fw in VARIANTS:
+        assert ok_line(check, fw).search(out), out
+    assert len(re.findall(r'^\[\s+OK \] \(\d/5\) CosmoFlowData ', out, re.M)) == 1
+    assert len(re.findall(r'^\[\s+OK \] \(\d/5\) DeepCAMData ', out, re.M)) == 1
 
     records, summaries = perflog_records(tmp_path), kept_summaries(tmp_path)
-    references = yaml.safe_load((REPO / REFERENCES).read_text())['CosmoFlowCheck']
-    for fw in FRAMEWORKS:
-        summary = summaries[fw]
+    all_references = yaml.safe_load((REPO / REFERENCES).read_text())
+    for check, fw in VARIANTS:
+        summary = summaries[check, fw]
         assert summary['converged'] is True and summary['status'] == 'success'
         expected = {'time_to_train': (summary['time_to_train_s'] / 60, 'min'),
                     'staging_time': (summary['staging_s'], 's'),
                     'train_throughput': (summary['train_samples_per_s'], 'samples/s'),
                     'eval_throughput': (summary['eval_samples_per_s'], 'samples/s'),
                     'epochs': (summary['epochs'], 'epochs')}
-        refs = references['local:default']['mini'][fw]   # the site's, applied
+        refs = all_references[check]['local:default']['mini'][fw]   # the site's, applied
         for var, (value, unit) in expected.items():
             ref = refs[var][0] if var in refs else 0
-            assert records[fw, var] == (pytest.approx(value), unit, 'pass', ref), (fw, var)
+            assert records[check, fw, var] == (pytest.approx(value), unit, 'pass', ref), (check, fw, var)
 
 
 @pytest.mark.slow
@@ -141,3 +149,15 @@ def test_shuffled_labels_fail(tmp_path):
     assert re.search(r'not converged: final eval_error \S+ > target \S+ after \d+ epochs',
                      out), out
     assert re.search(r'^\[\s+FAILED\s+\] Ran 2/2 test case\(s\) .* \(1 failure', out, re.M), out
+
+
+@pytest.mark.slow
+def test_deepcam_shuffled_labels_fail(tmp_path):
+    """Sabotage: every file's label map belongs to another sample; the IoU target is out
+    of reach and the check says so."""
+    rc, out = reframe(tmp_path, '-r', '-n', 'DeepCAMCheck',
+                      '-S', 'DeepCAMData.shuffle_labels=true', timeout=TRAINING_TIMEOUT_S)
+    assert rc != 0, out
+    assert re.search(r'^\[\s+FAIL \] \(\d/2\) DeepCAMCheck %framework=pytorch ', out, re.M), out
+    assert re.search(r'not converged: final eval_accuracy \S+ < target \S+ after \d+ epochs',
+                     out), out

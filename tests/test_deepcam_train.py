@@ -1,0 +1,160 @@
+"""DeepCAM end to end on the mini config through the CLI: converges well above the
+all-background score, logs by the closed rules (LAMB keys included), and bad input is
+one line naming the file with exit code 2."""
+
+from __future__ import annotations
+
+import json
+import shutil
+
+import h5py
+import numpy as np
+import pytest
+import torch
+
+from conftest import run_hpckit
+from hpckit.common.config import load_config
+from hpckit.deepcam import data
+from hpckit.deepcam.train import iou_per_sample
+
+TINY = ["--set", "data.n_train=8", "--set", "data.n_valid=4", "--set", "train.n_epochs=1"]
+
+
+@pytest.fixture(scope="module")
+def dc_data(tmp_path_factory):
+    out = tmp_path_factory.mktemp("deepcam") / "data"
+    run_hpckit("datagen", "deepcam", "--config", "mini", "--out", out, "--seed", "5", check=True)
+    return out
+
+
+def mllog(path):
+    return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in path.read_text().splitlines()
+            if ":::MLLOG " in line]
+
+
+def test_iou_semantics():
+    labels = torch.tensor([[[0, 0], [1, 2]]])
+    assert iou_per_sample(labels.clone(), labels, 3).item() == pytest.approx(1.0)
+    # all background: class 0 IoU 2/4, classes 1 and 2 present but never predicted -> 0
+    assert iou_per_sample(torch.zeros_like(labels), labels, 3).item() == pytest.approx(0.5 / 3)
+    # a class absent from both prediction and label counts as 1
+    only_bg = torch.zeros((1, 2, 2), dtype=torch.long)
+    assert iou_per_sample(only_bg, only_bg, 3).item() == pytest.approx(1.0)
+
+
+def test_mini_converges_well_above_all_background(dc_data, tmp_path):
+    out = tmp_path / "run"
+    proc = run_hpckit("train", "deepcam", "--data", dc_data, "--config", "mini", "--output-dir", out,
+                      "--seed", "1", "--stage-dir", tmp_path / "local", timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    s = json.loads((out / "summary.json").read_text())
+    cfg = load_config("deepcam", "mini")
+    assert s["converged"] is True and s["status"] == "success"
+    assert s["final_eval_accuracy"] >= cfg["train"]["target_iou"]
+    # the all-background predictor on the same validation set
+    files = data.find_dataset(dc_data, cfg["data"]["n_train"], cfg["data"]["n_valid"])
+    stats = data.load_stats(dc_data)
+    labels = torch.stack([torch.from_numpy(data.read_sample(files["validation"], i, stats, cfg)[1])
+                          for i in range(cfg["data"]["n_valid"])])
+    all_background = iou_per_sample(torch.zeros_like(labels), labels, 3).mean().item()
+    assert all_background < 0.5 < cfg["train"]["target_iou"]
+
+    events = mllog(out / "mlperf.log")
+    keys = [e["key"] for e in events]
+    for key in ("gradient_accumulation_frequency", "seed", "global_batch_size", "batchnorm_group_size",
+                "opt_name", "opt_lr", "opt_betas", "opt_eps", "scheduler_type", "scheduler_milestones",
+                "scheduler_decay_rate", "scheduler_lr_warmup_steps", "scheduler_lr_warmup_factor",
+                "opt_bias_correction", "opt_grad_averaging", "opt_max_grad_norm"):
+        assert keys.count(key) == 1, key
+    assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "success"
+    verdict = run_hpckit("check", out / "mlperf.log", "--ruleset", "mini")
+    assert verdict.returncode == 0 and verdict.stdout.startswith("COMPLIANT"), verdict.stdout
+    official = run_hpckit("check", out / "mlperf.log", "--ruleset", "hpc-3.0.0")
+    assert official.returncode == 1 and "train_samples" in official.stdout   # mini sizes, not 121266
+
+
+def test_describe_reference():
+    proc = run_hpckit("describe", "deepcam", "--config", "reference", check=True)
+    lines = proc.stdout.strip().splitlines()
+    assert lines[-1] == "parameters: 56454720"
+    assert lines[-2] == "output shape: (3, 768, 1152)"
+
+
+@pytest.fixture
+def tiny(dc_data, tmp_path):
+    root = tmp_path / "data"
+    shutil.copytree(dc_data, root)
+    return root
+
+
+def train_tiny(root, out, *extra):
+    return run_hpckit("train", "deepcam", "--data", root, "--config", "mini", "--output-dir", out,
+                      "--seed", "1", *TINY, *extra, timeout=300)
+
+
+def assert_one_line_error(proc, *needles):
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-1500:], proc.stderr[-1500:])
+    err = [line for line in proc.stderr.splitlines() if line.strip()]
+    assert len(err) == 1 and "Traceback" not in proc.stderr, proc.stderr
+    for needle in needles:
+        assert str(needle) in err[0], (needle, err[0])
+
+
+def first(root):
+    return sorted((root / "train").glob("data-*.h5"))[0]
+
+
+def rewrite(path, **replace):
+    with h5py.File(path, "r") as f:
+        datasets = {k: f[k][...] for k in ("climate/data", "climate/labels_0")}
+    datasets.update(replace)
+    path.unlink()
+    with h5py.File(path, "w") as f:
+        for k, v in datasets.items():
+            if v is not None:
+                f[k] = v
+
+
+def test_missing_stats(tiny, tmp_path):
+    (tiny / "stats.h5").unlink()
+    assert_one_line_error(train_tiny(tiny, tmp_path / "o"), "stats.h5")
+
+
+def test_file_without_climate_data(tiny, tmp_path):
+    rewrite(first(tiny), **{"climate/data": None})
+    assert_one_line_error(train_tiny(tiny, tmp_path / "o"), first(tiny), "climate/data")
+
+
+def test_wrong_channel_count(tiny, tmp_path):
+    with h5py.File(first(tiny), "r") as f:
+        x = f["climate/data"][...]
+    rewrite(first(tiny), **{"climate/data": x[..., :12]})
+    assert_one_line_error(train_tiny(tiny, tmp_path / "o"), first(tiny), "channels")
+
+
+def test_labels_outside_classes(tiny, tmp_path):
+    with h5py.File(first(tiny), "r") as f:
+        y = f["climate/labels_0"][...]
+    y[0, 0] = 7
+    rewrite(first(tiny), **{"climate/labels_0": y})
+    assert_one_line_error(train_tiny(tiny, tmp_path / "o"), first(tiny), "expected classes")
+
+
+def test_nan_in_data(tiny, tmp_path):
+    with h5py.File(first(tiny), "r") as f:
+        x = f["climate/data"][...]
+    x[3, 4, 5] = np.nan
+    rewrite(first(tiny), **{"climate/data": x})
+    out = tmp_path / "o"
+    assert_one_line_error(train_tiny(tiny, out), first(tiny), "non-finite")
+    assert '"status": "aborted"' in (out / "mlperf.log").read_text()
+
+
+def test_truncated_hdf5(tiny, tmp_path):
+    bad = first(tiny)
+    bad.write_bytes(bad.read_bytes()[: bad.stat().st_size // 2])
+    assert_one_line_error(train_tiny(tiny, tmp_path / "o"), bad)
+
+
+def test_tensorflow_is_refused(tiny, tmp_path):
+    assert_one_line_error(train_tiny(tiny, tmp_path / "o", "--framework", "tensorflow"), "PyTorch")
