@@ -158,3 +158,19 @@ def test_truncated_hdf5(tiny, tmp_path):
 
 def test_tensorflow_is_refused(tiny, tmp_path):
     assert_one_line_error(train_tiny(tiny, tmp_path / "o", "--framework", "tensorflow"), "PyTorch")
+
+
+def test_gradient_accumulation_steps_the_optimizer_every_n_batches():
+    from hpckit.deepcam.train import Trainer
+
+    cfg = load_config("deepcam", "mini", ["train.gradient_accumulation_frequency=2"])
+    trainer = Trainer(cfg, seed=1, threads=None)
+    before = [p.detach().clone() for p in trainer.model.parameters()]
+    x = torch.randn(2, 16, 96, 144)
+    y = torch.randint(0, 3, (2, 96, 144))
+    trainer.train_epoch([(x, y)])                     # one batch: gradients held, no step
+    assert trainer.scheduler.last_epoch == 0
+    assert all(torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+    trainer.train_epoch([(x, y)] * 4)                 # four batches: two optimizer steps
+    assert trainer.scheduler.last_epoch == 2
+    assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
