@@ -2,30 +2,55 @@
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import secrets
 import tempfile
+from contextlib import contextmanager
 from pathlib import Path
 
 from hpckit.common.errors import KitError
 
 
-def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
-    """Write to a temporary file in the same directory, fsync, then rename over `path`."""
+@contextmanager
+def atomic_path(path: str | os.PathLike, fsync: bool = True):
+    """Yield a temporary path beside `path`; when the block succeeds, fsync it (optional)
+    and rename it over `path`, so readers never see a partial file; on failure remove it.
+    Files are created with mode 0666 less the umask (result files must stay readable to a
+    site's other users, unlike mkstemp's 0600)."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+        yield tmp
+        if fsync:
+            fd = os.open(tmp, os.O_RDONLY)
+            try:
+                os.fsync(fd)
+            finally:
+                os.close(fd)
         os.replace(tmp, path)
     except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
+        tmp.unlink(missing_ok=True)
         raise
+
+
+def create_exclusive(path: str | os.PathLike):
+    """Open a new file for binary writing with mode 0666 less the umask."""
+    return os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666), "wb")
+
+
+def atomic_write_bytes(path: str | os.PathLike, data: bytes) -> None:
+    with atomic_path(path) as tmp, create_exclusive(tmp) as f:
+        f.write(data)
+
+
+def sha256_file(path: str | os.PathLike) -> str:
+    h = hashlib.sha256()
+    with open(path, "rb") as f:
+        for chunk in iter(lambda: f.read(1 << 20), b""):
+            h.update(chunk)
+    return h.hexdigest()
 
 
 def atomic_write_text(path: str | os.PathLike, text: str) -> None:

@@ -163,6 +163,13 @@ class MLPerfRun:
         return False
 
     # -- results ------------------------------------------------------------------------
+    def verdict(self) -> str:
+        """The one line `hpckit train` prints at the end."""
+        state = "converged" if self.status == "success" else "NOT converged"
+        return (f"hpckit train {self.benchmark}: {state}: {self.quality.metric} {self.last_metric:.4f} "
+                f"(target {self.quality.target}) after {self.epochs_done} epochs; "
+                f"{self.out_dir / 'mlperf.log'}, {self.out_dir / 'summary.json'}")
+
     def _write_summary(self, error: str | None = None) -> None:
         if self.ranks.rank != 0:
             return

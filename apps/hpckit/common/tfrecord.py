@@ -31,7 +31,6 @@ Errors: the file-level functions raise `KitError` with one line naming the file;
 from __future__ import annotations
 
 import os
-import secrets
 import struct
 import zlib
 from collections.abc import Iterable, Iterator, Mapping
@@ -40,6 +39,7 @@ from typing import Union
 import numpy as np
 
 from hpckit.common.errors import KitError
+from hpckit.common.fileio import atomic_path, create_exclusive
 
 try:  # C / hardware-accelerated CRC-32C; pure Python would be far too slow for 33 MB samples
     from crc32c import crc32c as _crc32c_impl
@@ -422,20 +422,13 @@ def write_records(
     a partial file. An OSError (missing directory, no space...) is raised as KitError.
     """
     comp = _normalize_compression(compression)
-    path = os.fspath(path)
-    directory, base = os.path.split(path)
-    tmp = os.path.join(directory, f".{base}.{os.getpid()}.{secrets.token_hex(4)}.tmp")
     compressor = None
     if comp:
         wbits = 31 if comp == "GZIP" else 15
         compressor = zlib.compressobj(level, zlib.DEFLATED, wbits)
     count = 0
     try:
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o666)  # honours the umask
-    except OSError as exc:
-        raise KitError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    try:
-        with os.fdopen(fd, "wb") as f:
+        with atomic_path(path, fsync=False) as tmp, create_exclusive(tmp) as f:
             for record in records:
                 if isinstance(record, memoryview) and (record.format != "B" or record.ndim != 1):
                     record = record.cast("B")
@@ -446,21 +439,10 @@ def write_records(
                 count += 1
             if compressor:
                 f.write(compressor.flush())
-        os.replace(tmp, path)
     except OSError as exc:
-        _remove_quietly(tmp)
-        raise KitError(f"{path}: cannot write ({exc.strerror or exc})") from None
-    except BaseException:
-        _remove_quietly(tmp)
-        raise
+        raise KitError(f"{os.fspath(path)}: cannot write ({exc.strerror or exc})") from None
     return count
 
-
-def _remove_quietly(path: str) -> None:
-    try:
-        os.unlink(path)
-    except OSError:
-        pass
 
 
 def _decompress(path: str, raw: bytes, comp: str) -> bytes:

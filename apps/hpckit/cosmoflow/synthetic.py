@@ -21,7 +21,6 @@ Everything is deterministic in (seed, split, index).
 
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from concurrent.futures import ProcessPoolExecutor
@@ -31,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from hpckit.common.errors import KitError
-from hpckit.common.fileio import atomic_write_bytes, atomic_write_text, ensure_writable_dir
+from hpckit.common.fileio import atomic_write_bytes, atomic_write_text, ensure_writable_dir, sha256_file
 
 GENERATOR_VERSION = 1
 PARAM_NAMES = ("sigma_8", "n_s", "Omega_m", "h")
@@ -148,7 +147,7 @@ def _write_sample(job: SampleJob, name: str, x: np.ndarray, y: np.ndarray) -> li
             path = d / f"{name}{suffix}"
             _save_npy_atomic(path, arr)
             files.append(path)
-    return [(f.name, _sha256(f)) for f in files]
+    return [(f.name, sha256_file(f)) for f in files]
 
 
 def _save_npy_atomic(path: Path, arr: np.ndarray) -> None:
@@ -156,14 +155,6 @@ def _save_npy_atomic(path: Path, arr: np.ndarray) -> None:
     buf = io.BytesIO()
     np.save(buf, arr, allow_pickle=False)
     atomic_write_bytes(path, buf.getvalue())
-
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def _generate_split(split, count, size, seed, fmt, root, shuffle_labels, pool):

@@ -49,10 +49,8 @@ from __future__ import annotations
 
 import datetime as _dt
 import functools
-import hashlib
 import json
 import os
-import tempfile
 from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from hpckit.common.errors import KitError
-from hpckit.common.fileio import atomic_write_text, ensure_writable_dir
+from hpckit.common.fileio import atomic_path, atomic_write_text, ensure_writable_dir, sha256_file
 
 GENERATOR_VERSION = 1
 CHANNELS = ("TMQ", "U850", "V850", "UBOT", "VBOT", "QREFHT", "PS", "PSL", "T200", "T500",
@@ -475,40 +473,14 @@ def sample_name(split: str, index: int) -> str:
     return f"data-{t:%Y-%m-%d-%H}-{RUN_NUMBER[split]}.h5"
 
 
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
-
-
 def write_h5_atomic(path: Path, datasets: dict) -> str:
-    """Write {name: array} to an HDF5 file via a temporary name in the same directory,
-    fsync, rename; returns the sha256 of the file."""
+    """Write {name: array} to an HDF5 file atomically; returns the sha256 of the file."""
     import h5py
 
-    path = Path(path)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    os.close(fd)
-    try:
-        with h5py.File(tmp, "w") as f:
-            for name, arr in datasets.items():
-                f.create_dataset(name, data=arr)
-        fd = os.open(tmp, os.O_RDONLY)
-        try:
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        digest = _sha256(Path(tmp))
-        os.replace(tmp, path)
-    except BaseException:
-        try:
-            os.unlink(tmp)
-        except FileNotFoundError:
-            pass
-        raise
-    return digest
+    with atomic_path(path) as tmp, h5py.File(tmp, "w") as f:
+        for name, arr in datasets.items():
+            f.create_dataset(name, data=arr)
+    return sha256_file(path)
 
 
 @dataclass(frozen=True)

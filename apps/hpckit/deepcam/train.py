@@ -159,9 +159,6 @@ def train(args) -> int:
             iou, n = trainer.evaluate(batches("validation"))
             return iou, n * ranks.size, time.perf_counter() - t0
 
-        converged = run.epochs(cfg["train"]["n_epochs"], train_epoch, evaluate)
-    verdict = "converged" if converged else "NOT converged"
-    print(f"hpckit train deepcam: {verdict}: eval_accuracy (mean IoU) {run.last_metric:.4f} "
-          f"(target {quality.target}) after {run.epochs_done} epochs; "
-          f"{args.output_dir}/mlperf.log, {args.output_dir}/summary.json")
+        run.epochs(cfg["train"]["n_epochs"], train_epoch, evaluate)
+    print(run.verdict())
     return 0
