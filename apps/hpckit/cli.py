@@ -64,6 +64,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ruleset", choices=RULESETS, default="hpc-3.0.0")
     p.add_argument("--config", default="mini",
                    help="with --ruleset mini: the training config whose target applies (default: mini)")
+
+    p = sub.add_parser("score", help="score MLPerf result sets (olympic mean; weak-scaling time_to_train_all)")
+    p.add_argument("paths", nargs="+", metavar="PATH",
+                   help="result logs and/or directories (each directory: one set per benchmark and platform)")
+    p.add_argument("--json", default=None, metavar="FILE", help="also write the scores as JSON")
     return parser
 
 
@@ -73,6 +78,9 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "check":
             from hpckit.common.compliance import main_check
             return main_check(args)
+        if args.command == "score":
+            from hpckit.results.score import main_score
+            return main_score(args)
         module = importlib.import_module(f"hpckit.{args.benchmark}.commands")
         return getattr(module, args.command)(args)
     except KitError as e:

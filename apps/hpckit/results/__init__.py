@@ -1,0 +1,1 @@
+"""Result analysis: parse MLPerf HPC result logs and score result sets."""

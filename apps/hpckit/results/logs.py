@@ -1,0 +1,167 @@
+"""A tolerant parser for MLPerf result logs (`:::MLLOG {...}` lines).
+
+Real logs carry quirks that a parser must survive: text before `:::MLLOG` (MPI rank
+prefixes), events after `run_stop`, staging before or after `run_start`, `eval_stop`
+logged as INTERVAL_START, 0-based epoch numbers, missing node counts. Convergence is
+judged only on events up to the first `run_stop` (in file order).
+"""
+
+from __future__ import annotations
+
+import json
+import operator
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from hpckit.common.errors import KitError
+
+MARKER = ":::MLLOG "
+
+# benchmark -> (metric key, comparison, target); others are only recorded.
+TARGETS = {
+    "cosmoflow": ("eval_error", "<=", 0.124),
+    "deepcam": ("eval_accuracy", ">=", 0.82),
+}
+_OPS = {"<=": operator.le, ">=": operator.ge}
+_RECORDED_METRICS = ("eval_accuracy", "eval_error")
+
+
+@dataclass
+class RunLog:
+    path: str
+    benchmark: str | None
+    org: str | None
+    platform: str | None
+    division: str | None
+    status: str | None
+    number_of_nodes: int | None
+    accelerators_per_node: int | None
+    run_start_ms: int
+    run_stop_ms: int
+    run_stop_status: str | None
+    converged: bool
+    time_to_train_min: float
+    epochs: int | None
+    metric: str | None
+    metric_value: float | None
+    target: str | None
+    target_reached: bool | None
+    staging_start_ms: int | None
+    staging_stop_ms: int | None
+    instance: object | None
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def _records(path: Path) -> list[dict]:
+    try:
+        text = path.read_bytes().decode("utf-8", errors="replace")
+    except OSError as e:
+        raise KitError(f"log {path}: cannot read ({e.strerror or e})") from None
+    out = []
+    for line in text.splitlines():
+        i = line.rfind(MARKER)
+        if i < 0:
+            continue
+        try:
+            rec = json.loads(line[i + len(MARKER):])
+        except ValueError:
+            continue  # a truncated or mangled line: skip it
+        if isinstance(rec, dict) and isinstance(rec.get("key"), str):
+            out.append(rec)
+    if not out:
+        raise KitError(f"log {path}: no :::MLLOG lines, not an MLPerf result log")
+    return out
+
+
+def _time(rec: dict, path: Path, key: str) -> int:
+    t = rec.get("time_ms")
+    if not isinstance(t, (int, float)) or isinstance(t, bool):
+        raise KitError(f"log {path}: {key} has no numeric time_ms")
+    return int(t)
+
+
+def _int_or_none(v):
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def parse_log(path: str | Path) -> RunLog:
+    path = Path(path)
+    recs = _records(path)
+    start_i = next((i for i, r in enumerate(recs) if r["key"] == "run_start"), None)
+    stop_i = next((i for i, r in enumerate(recs) if r["key"] == "run_stop"), None)
+    if start_i is None:
+        raise KitError(f"log {path}: no run_start line")
+    if stop_i is None:
+        raise KitError(f"log {path}: no run_stop line (run unfinished?)")
+    start_ms = _time(recs[start_i], path, "run_start")
+    stop_ms = _time(recs[stop_i], path, "run_stop")
+    if stop_ms < start_ms:
+        raise KitError(f"log {path}: run_stop ({stop_ms}) before run_start ({start_ms})")
+    stop_meta = recs[stop_i].get("metadata") or {}
+    stop_status = stop_meta.get("status") if isinstance(stop_meta, dict) else None
+
+    first: dict[str, object] = {}   # first value of each key anywhere in the log
+    first_time: dict[str, int] = {}
+    instance = None
+    for r in recs:
+        first.setdefault(r["key"], r.get("value"))
+        if isinstance(r.get("time_ms"), (int, float)):
+            first_time.setdefault(r["key"], int(r["time_ms"]))
+        meta = r.get("metadata")
+        if instance is None and isinstance(meta, dict) and meta.get("instance") is not None:
+            instance = meta["instance"]
+
+    def s(key):
+        v = first.get(key)
+        return str(v) if v is not None else None
+
+    benchmark = s("submission_benchmark")
+    bench_key = benchmark.lower() if benchmark else None
+
+    # Up to run_stop only: epochs and the quality metric.
+    upto = recs[:stop_i + 1]
+    epoch_nums = []
+    for r in upto:
+        meta = r.get("metadata")
+        if isinstance(meta, dict):
+            n = _int_or_none(meta.get("epoch_num"))
+            if n is not None:
+                epoch_nums.append(n)
+    epochs = None
+    if epoch_nums:
+        epochs = max(epoch_nums) + (1 if min(epoch_nums) == 0 else 0)
+
+    target_spec = TARGETS.get(bench_key or "")
+    if target_spec:
+        metric = target_spec[0]
+    else:
+        seen = [r["key"] for r in upto if r["key"] in _RECORDED_METRICS]
+        metric = seen[-1] if seen else None
+    values = [float(r["value"]) for r in upto
+              if r["key"] == metric and isinstance(r.get("value"), (int, float))
+              and not isinstance(r.get("value"), bool)]
+    metric_value = values[-1] if values else None
+
+    target = reached = None
+    if target_spec:
+        _, op, thr = target_spec
+        target = f"{metric} {op} {thr}"
+        reached = any(_OPS[op](v, thr) for v in values)
+    success = stop_status == "success"
+    converged = success and (reached if target_spec else True)
+
+    return RunLog(
+        path=str(path), benchmark=benchmark, org=s("submission_org"),
+        platform=s("submission_platform"), division=s("submission_division"),
+        status=s("submission_status"),
+        number_of_nodes=_int_or_none(first.get("number_of_nodes")),
+        accelerators_per_node=_int_or_none(first.get("accelerators_per_node")),
+        run_start_ms=start_ms, run_stop_ms=stop_ms,
+        run_stop_status=str(stop_status) if stop_status is not None else None,
+        converged=bool(converged), time_to_train_min=(stop_ms - start_ms) / 60000.0,
+        epochs=epochs, metric=metric, metric_value=metric_value, target=target,
+        target_reached=reached, staging_start_ms=first_time.get("staging_start"),
+        staging_stop_ms=first_time.get("staging_stop"), instance=instance,
+    )
