@@ -142,3 +142,11 @@ def test_unwritable_output_dir(data_copy, tmp_path):
 def test_stage_dir_inside_data_is_refused(data_copy, tmp_path):
     proc = train(data_copy, tmp_path / "out", "--stage-dir", data_copy / "train")
     assert_one_line_error(proc, "--stage-dir")
+
+
+@pytest.mark.parametrize("benchmark", ["cosmoflow", "deepcam"])
+def test_multi_rank_launch_is_refused_in_one_line(data_copy, tmp_path, benchmark):
+    env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+           "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+    proc = run_hpckit("train", benchmark, "--data", data_copy, "--output-dir", tmp_path / "out", env=env)
+    assert_one_line_error(proc, "2 ranks detected (openmpi)")

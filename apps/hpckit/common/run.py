@@ -21,6 +21,7 @@ from typing import Callable
 
 from hpckit.common import staging
 from hpckit.common.config import flatten
+from hpckit.common import dist
 from hpckit.common.dist import Ranks
 from hpckit.common.errors import KitError
 from hpckit.common.fileio import ensure_writable_dir
@@ -38,6 +39,29 @@ class Quality:
         if not math.isfinite(value):
             return False
         return value >= self.target if self.higher_is_better else value <= self.target
+
+
+@dataclass
+class Launch:
+    """Who this process is and how it was asked to run: ranks, seed, staging target."""
+    ranks: Ranks
+    seed: int
+    stage_dir: Path | None
+
+
+def launch(args) -> Launch:
+    """The preamble every `hpckit train` shares: ranks from the launcher, the seed (given, or
+    derived from the clock, always > 0 and logged), and a stage dir that cannot clobber the
+    data."""
+    ranks = dist.detect()
+    if ranks.size > 1:
+        raise KitError(f"{ranks.size} ranks detected ({ranks.launcher}): multi-rank training needs the "
+                       "distributed wire-up, not available in this version; run one process")
+    seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
+    stage_dir = Path(args.stage_dir) if args.stage_dir else None
+    if stage_dir is not None:
+        staging.check_stage_dir(stage_dir, Path(args.data))
+    return Launch(ranks, seed, stage_dir)
 
 
 def diagnosed(batches, locate_bad_file: Callable[[], KitError | None], where: str):

@@ -12,13 +12,11 @@ import os
 import time
 from pathlib import Path
 
-from hpckit.common import dist
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import KitError
 from hpckit.common.mllog import HPC, C
 from hpckit.common.native_log import divert_native_stderr
-from hpckit.common.run import MLPerfRun, Quality, diagnosed
-from hpckit.common.staging import check_stage_dir
+from hpckit.common.run import MLPerfRun, Quality, diagnosed, launch
 from hpckit.cosmoflow import BENCHMARK, data
 from hpckit.cosmoflow.model_spec import validate_model_config
 
@@ -199,19 +197,13 @@ def _diagnosed(batches, split: data.SplitFiles, cfg: dict):
 def train(args) -> int:
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
-    ranks = dist.detect()
-    if ranks.size > 1:
-        raise KitError(f"{ranks.size} ranks detected ({ranks.launcher}): multi-rank training needs the "
-                       "distributed wire-up, not available in this version; run one process")
-    seed = args.seed if args.seed is not None else int(time.time() * 1000) % (2 ** 31)
+    run_as = launch(args)
+    ranks, seed, stage_dir = run_as.ranks, run_as.seed, run_as.stage_dir
     global_batch = cfg["data"]["batch_size"] * ranks.size
     if cfg["data"]["n_train"] % global_batch:
         raise KitError(f"config key 'data.n_train': {cfg['data']['n_train']} is not divisible by the global "
                        f"batch {global_batch}")
     files = data.find_dataset(args.data, cfg["data"]["n_train"], cfg["data"]["n_valid"])
-    stage_dir = Path(args.stage_dir) if args.stage_dir else None
-    if stage_dir is not None:
-        check_stage_dir(stage_dir, Path(args.data))
     quality = Quality(HPC.EVAL_ERROR, cfg["train"]["target_mae"], higher_is_better=False)
 
     with MLPerfRun(benchmark=BENCHMARK, framework=args.framework, cfg=cfg, seed=seed, ranks=ranks,

@@ -8,16 +8,14 @@ accumulation, evaluate mean IoU) -> run_stop. The MLPerf protocol lives in hpcki
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import torch
 
-from hpckit.common import dist, optim
+from hpckit.common import optim
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import KitError
 from hpckit.common.mllog import C
-from hpckit.common.run import MLPerfRun, Quality, diagnosed
-from hpckit.common.staging import check_stage_dir
+from hpckit.common.run import MLPerfRun, Quality, diagnosed, launch
 from hpckit.deepcam import BENCHMARK, data
 from hpckit.deepcam.model import build_model, validate_model_config
 
@@ -115,20 +113,14 @@ def train(args) -> int:
         raise KitError(f"--framework {args.framework}: DeepCAM is implemented in PyTorch, as the reference")
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
-    ranks = dist.detect()
-    if ranks.size > 1:
-        raise KitError(f"{ranks.size} ranks detected ({ranks.launcher}): multi-rank training needs the "
-                       "distributed wire-up, not available in this version; run one process")
-    seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
+    run_as = launch(args)
+    ranks, seed, stage_dir = run_as.ranks, run_as.seed, run_as.stage_dir
     if seed <= 0:
         raise KitError(f"--seed {seed}: the DeepCAM closed rules want a seed > 0")
     accumulate = cfg["train"]["gradient_accumulation_frequency"]
     global_batch = cfg["data"]["batch_size"] * ranks.size * accumulate
     files = data.find_dataset(args.data, cfg["data"]["n_train"], cfg["data"]["n_valid"])
     stats = data.load_stats(args.data, cfg["data"]["n_channels"])
-    stage_dir = Path(args.stage_dir) if args.stage_dir else None
-    if stage_dir is not None:
-        check_stage_dir(stage_dir, Path(args.data))
     quality = Quality(EVAL_ACCURACY, cfg["train"]["target_iou"], higher_is_better=True)
 
     with MLPerfRun(benchmark=BENCHMARK, framework="pytorch", cfg=cfg, seed=seed, ranks=ranks,
