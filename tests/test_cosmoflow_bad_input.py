@@ -144,9 +144,25 @@ def test_stage_dir_inside_data_is_refused(data_copy, tmp_path):
     assert_one_line_error(proc, "--stage-dir")
 
 
+TWO_RANKS = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
+             "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
+
+
 @pytest.mark.parametrize("benchmark", ["cosmoflow", "deepcam"])
-def test_multi_rank_launch_is_refused_in_one_line(data_copy, tmp_path, benchmark):
-    env = {"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2",
-           "OMPI_COMM_WORLD_LOCAL_RANK": "0", "OMPI_COMM_WORLD_LOCAL_SIZE": "2"}
-    proc = run_hpckit("train", benchmark, "--data", data_copy, "--output-dir", tmp_path / "out", env=env)
-    assert_one_line_error(proc, "2 ranks detected (openmpi)")
+def test_missing_peer_fails_the_rendezvous_in_one_line(data_copy, tmp_path, benchmark):
+    """Rank 0 of 2 whose rank 1 never starts: no hang, one line after the timeout."""
+    env = {**TWO_RANKS, "MASTER_PORT": "29731"}
+    proc = run_hpckit("train", benchmark, "--data", data_copy, "--output-dir", tmp_path / "out",
+                      "--collective-timeout", "5", env=env, timeout=120)
+    assert_one_line_error(proc, "torch.distributed rendezvous at 127.0.0.1:29731 (rank 0 of 2) failed")
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--dist", "none"], "--dist none with 2 ranks (openmpi)"),
+    (["--dist", "tf"], "--dist tf needs --framework tensorflow"),
+    (["--framework", "tensorflow", "--dist", "horovod"], "--dist horovod: horovod.tensorflow is not importable"),
+])
+def test_bad_dist_choice_is_one_line(data_copy, tmp_path, args, message):
+    proc = run_hpckit("train", "cosmoflow", "--data", data_copy, "--output-dir", tmp_path / "out", *args,
+                      env=TWO_RANKS)
+    assert_one_line_error(proc, message)

@@ -10,6 +10,7 @@ import argparse
 import importlib
 import sys
 
+from hpckit.common.dist import DIST_CHOICES
 from hpckit.common.errors import EXIT_USAGE, KitError
 
 BENCHMARKS = ("cosmoflow", "deepcam")
@@ -53,6 +54,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--stage-dir", default=None, help="node-local directory to stage the data into")
     p.add_argument("--seed", type=int, default=None, help="default: derived from the clock, logged")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")
+    p.add_argument("--dist", choices=DIST_CHOICES, default="auto",
+                   help="communicator for several ranks: auto (torch for PyTorch, tf for TensorFlow; none "
+                        "for one rank), torch, tf, horovod, none")
+    p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                   help="PyTorch device: the local rank's GPU when CUDA is available (auto), or cpu")
+    p.add_argument("--collective-timeout", type=float, default=60.0, metavar="SECONDS",
+                   help="a collective waiting longer for a peer fails the run (default 60)")
 
     p = sub.add_parser("describe", help="print a benchmark's model: layers, output shape, parameters")
     p.add_argument("benchmark", choices=BENCHMARKS)

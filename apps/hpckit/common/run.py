@@ -28,6 +28,20 @@ from hpckit.common.fileio import ensure_writable_dir
 from hpckit.common.mllog import HPC, C, MLLogger
 from hpckit.common.summary import software_stack, write_summary
 
+# Waiting for the slowest node to stage its share (a global barrier with its own timeout:
+# staging a 1/N share of a multi-TB dataset takes minutes, longer than a collective may).
+STAGING_TIMEOUT_S = 3 * 3600
+
+
+def node_share(split, ranks: Ranks):
+    """The files this node stages: every `nodes`-th file from the node's index."""
+    return split.shard(ranks.node, ranks.nodes)
+
+
+def rank_share(node_files, ranks: Ranks):
+    """The files this rank reads out of its node's share."""
+    return node_files.shard(ranks.local_rank, ranks.local_size)
+
 
 @dataclass
 class Quality:
@@ -43,25 +57,38 @@ class Quality:
 
 @dataclass
 class Launch:
-    """Who this process is and how it was asked to run: ranks, seed, staging target."""
+    """Who this process is and how it was asked to run: ranks, communicator, device, seed,
+    staging target."""
     ranks: Ranks
+    comm: dist.Comm
+    device: object          # torch.device for PyTorch runs, None for TensorFlow
     seed: int
     stage_dir: Path | None
 
+    @property
+    def accelerators_per_node(self) -> int:
+        return self.ranks.local_size if getattr(self.device, "type", "cpu") == "cuda" else 0
 
-def launch(args) -> Launch:
-    """The preamble every `hpckit train` shares: ranks from the launcher, the seed (given, or
-    derived from the clock, always > 0 and logged), and a stage dir that cannot clobber the
-    data."""
+
+def launch(args, framework: str) -> Launch:
+    """The preamble every `hpckit train` shares: ranks from the launcher, the communicator
+    (`--dist`), the device, one seed for all ranks (given, or rank 0's clock-derived one;
+    always > 0 and logged), and a stage dir that cannot clobber the data."""
     ranks = dist.detect()
-    if ranks.size > 1:
-        raise KitError(f"{ranks.size} ranks detected ({ranks.launcher}): multi-rank training needs the "
-                       "distributed wire-up, not available in this version; run one process")
-    seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
+    kind = dist.choose(getattr(args, "dist", "auto"), framework, ranks)
     stage_dir = Path(args.stage_dir) if args.stage_dir else None
     if stage_dir is not None:
         staging.check_stage_dir(stage_dir, Path(args.data))
-    return Launch(ranks, seed, stage_dir)
+    device = None
+    if framework == "pytorch":
+        device = dist.torch_device(getattr(args, "device", "auto"), ranks)
+    elif getattr(args, "device", "auto") == "cuda":
+        raise KitError("--device applies to PyTorch; TensorFlow places ops on the visible GPUs itself")
+    dist.raise_on_sigterm()
+    comm = dist.make_comm(kind, ranks, device=device, timeout_s=getattr(args, "collective_timeout", 60.0))
+    seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
+    seed = comm.broadcast_int(seed)
+    return Launch(ranks, comm, device, seed, stage_dir)
 
 
 def diagnosed(batches, locate_bad_file: Callable[[], KitError | None], where: str):
@@ -86,13 +113,14 @@ def diagnosed(batches, locate_bad_file: Callable[[], KitError | None], where: st
 
 
 class MLPerfRun:
-    def __init__(self, *, benchmark: str, framework: str, cfg: dict, seed: int, ranks: Ranks,
-                 out_dir: str | os.PathLike, quality: Quality, accelerators_per_node: int = 0):
+    def __init__(self, *, benchmark: str, framework: str, cfg: dict, launched: Launch,
+                 out_dir: str | os.PathLike, quality: Quality, global_batch: int):
         self.benchmark, self.framework, self.cfg = benchmark, framework, cfg
-        self.seed, self.ranks, self.quality = seed, ranks, quality
-        self.accelerators_per_node = accelerators_per_node
+        self.seed, self.ranks, self.comm = launched.seed, launched.ranks, launched.comm
+        self.quality, self.global_batch = quality, global_batch
+        self.accelerators_per_node = launched.accelerators_per_node
         self.out_dir = ensure_writable_dir(out_dir, "--output-dir")
-        self.log = MLLogger(self.out_dir / "mlperf.log" if ranks.rank == 0 else None, ranks.rank)
+        self.log = MLLogger(self.out_dir / "mlperf.log" if self.ranks.rank == 0 else None, self.ranks.rank)
         self.staging_s = 0.0
         self.epochs_done = 0
         self.last_metric = float("nan")
@@ -100,20 +128,31 @@ class MLPerfRun:
         self.train_seconds = self.eval_seconds = 0.0
         self.status = None
         self.cache_report: dict = {}
+        self.replicas_in_sync: bool | None = None
 
     # -- context: nothing is lost -------------------------------------------------------
     def __enter__(self) -> "MLPerfRun":
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        if exc is not None:
-            self.status = "aborted"
-            reason = str(exc) if isinstance(exc, KitError) else f"{type(exc).__name__}: {exc}"
-            self.log.run_stop("aborted", reason=reason.splitlines()[0] if reason else "")
-            self._write_summary(error=reason)
-        else:
+        if exc is None:
             self._write_summary()
+            self.log.close()
+            self.comm.close()
+            return False
+        self.status = "aborted"
+        reason = str(exc) if isinstance(exc, KitError) else f"{type(exc).__name__}: {exc}"
+        reason = (reason.strip().splitlines() or [type(exc).__name__])[0]
+        if self.ranks.size > 1 and not isinstance(exc, KitError):
+            # a collective failed under us (a peer died, a timeout): say so in one line; the
+            # process group is left alone, the launcher tears the job down
+            reason = (f"rank {self.ranks.rank} of {self.ranks.size}: a collective failed ({reason}); "
+                      "another rank probably died or hung: see its output")
+        self.log.run_stop("aborted", reason=reason)
+        self._write_summary(error=reason)
         self.log.close()
+        if self.ranks.size > 1 and not isinstance(exc, KitError):
+            raise KitError(reason) from None
         return False
 
     # -- phases -------------------------------------------------------------------------
@@ -133,7 +172,8 @@ class MLPerfRun:
         self.log.event(HPC.ACCELERATORS_PER_NODE, self.accelerators_per_node)
         self.log.event(C.SEED, self.seed)
         self.log.event("hpckit_config", {"name": self.cfg["name"], "framework": self.framework,
-                                         "ranks": self.ranks.size,
+                                         "ranks": self.ranks.size, "ranks_per_node": self.ranks.local_size,
+                                         "launcher": self.ranks.launcher, "dist": self.comm.kind,
                                          **{k: v for k, v in flatten(self.cfg).items() if k != "name"}})
         for key, value in hyperparameters:
             self.log.event(key, value)
@@ -143,15 +183,19 @@ class MLPerfRun:
         self.log.start(C.RUN_START)
 
     def stage(self, shares: dict[str, list[Path]], stage_dir: Path | None) -> dict[str, Path] | None:
-        """Copy each split's share into stage_dir/<split> inside the clock; None if not staging."""
+        """Copy this node's share of each split into stage_dir/<split> inside the clock, as
+        the reference does: the node's local rank 0 copies, every rank waits for all nodes.
+        Returns the staged directories, or None when not staging."""
         self.log.start(C.STAGING_START)
         watch = staging.Stopwatch()
         dest = None
         nbytes = 0
         if stage_dir is not None:
             dest = {split: Path(stage_dir) / split for split in shares}
-            for split, files in shares.items():
-                nbytes += staging.copy_files(files, dest[split])
+            if self.ranks.local_rank == 0:
+                for split, files in shares.items():
+                    nbytes += staging.copy_files(files, dest[split])
+            self.comm.barrier(timeout_s=STAGING_TIMEOUT_S)
         self.staging_s = watch.elapsed()
         self.log.end(C.STAGING_STOP, metadata={"staging_duration": self.staging_s, "staged": dest is not None,
                                                 "bytes": nbytes})
@@ -186,6 +230,20 @@ class MLPerfRun:
         self.log.run_stop("aborted", reason=f"target not reached in {n_epochs} epochs")
         return False
 
+    def check_replicas(self, fingerprint: float) -> None:
+        """Every rank's model must be the same at the end (data parallelism that does not
+        average would still 'train', on 1/N of the data): compare a weight fingerprint
+        across ranks and fail the run if they differ."""
+        if self.ranks.size == 1:
+            return
+        total, squares = self.comm.allreduce_sum([fingerprint, fingerprint * fingerprint])
+        mean = total / self.ranks.size
+        spread = max(0.0, squares / self.ranks.size - mean * mean) ** 0.5
+        self.replicas_in_sync = spread <= 1e-9 * max(1.0, abs(mean))
+        if not self.replicas_in_sync:
+            raise KitError(f"the {self.ranks.size} model replicas differ after training (weight fingerprint "
+                           f"mean {mean:.9g}, spread {spread:.3g}): gradients were not averaged across ranks")
+
     # -- results ------------------------------------------------------------------------
     def verdict(self) -> str:
         """The one line `hpckit train` prints at the end."""
@@ -213,10 +271,15 @@ class MLPerfRun:
             "target": self.quality.target,
             "train_samples_per_s": self.train_samples / self.train_seconds if self.train_seconds else None,
             "eval_samples_per_s": self.eval_samples / self.eval_seconds if self.eval_seconds else None,
-            "global_batch_size": self.cfg["data"]["batch_size"] * self.ranks.size,
+            "global_batch_size": self.global_batch,
             "ranks": self.ranks.size,
             "nodes": self.ranks.nodes,
+            "ranks_per_node": self.ranks.local_size,
+            "accelerators_per_node": self.accelerators_per_node,
+            "launcher": self.ranks.launcher,
+            "dist": self.comm.kind,
             "seed": self.seed,
+            "replicas_in_sync": self.replicas_in_sync,
             "cache_clear": self.cache_report,
             "software": software_stack(self.framework),
             "mlperf_log": "mlperf.log",

@@ -12,11 +12,13 @@ import os
 import time
 from pathlib import Path
 
+from hpckit.common import dist
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import KitError
 from hpckit.common.mllog import HPC, C
 from hpckit.common.native_log import divert_native_stderr
-from hpckit.common.run import MLPerfRun, Quality, diagnosed, launch
+from hpckit.common.fileio import ensure_writable_dir
+from hpckit.common.run import MLPerfRun, Quality, diagnosed, launch, node_share, rank_share
 from hpckit.cosmoflow import BENCHMARK, data
 from hpckit.cosmoflow.model_spec import validate_model_config
 
@@ -88,17 +90,21 @@ def hyperparameters(cfg: dict, global_batch: int) -> list[tuple[str, object]]:
 class TorchBackend:
     name = "pytorch"
 
-    def __init__(self, cfg: dict, seed: int, threads: int | None, out_dir: Path):
+    def __init__(self, cfg: dict, launched, threads: int | None, out_dir: Path):
         import torch
         from hpckit.cosmoflow.model_torch import CosmoFlow
-        torch.manual_seed(seed)
+        torch.manual_seed(launched.seed)
         if threads:
             torch.set_num_threads(threads)
-        self.torch, self.cfg, self.seed = torch, cfg, seed
-        self.model = CosmoFlow(cfg)
+        self.torch, self.cfg, self.seed = torch, cfg, launched.seed
+        self.device, self.comm = launched.device, launched.comm
+        self.model = CosmoFlow(cfg).to(self.device)
         self.params = [p for p in self.model.parameters()]
         self.velocity = [torch.zeros_like(p) for p in self.params]
         self.momentum = cfg["optimizer"]["momentum"]
+        # DDP wraps the module (gradients averaged in backward); Horovod broadcasts rank 0's
+        # weights and averages after backward; one process: the module itself
+        self.net = self.comm.wrap_model(self.model) if self.comm.kind in ("torch", "horovod") else self.model
 
     def loaders(self, splits):
         return (data.torch_loader(splits["train"], self.cfg, train=True, seed=self.seed),
@@ -109,8 +115,14 @@ class TorchBackend:
         self.model.train()
         n = 0
         for x, y in _diagnosed(loader, split, self.cfg):
-            loss = torch.mean((self.model(x) - y) ** 2) + self.model.l2_penalty()
-            grads = torch.autograd.grad(loss, self.params)
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            for p in self.params:
+                p.grad = None
+            loss = torch.mean((self.net(x) - y) ** 2) + self.model.l2_penalty()
+            loss.backward()
+            if self.comm.kind == "horovod":
+                self.comm.average_gradients(self.params)
+            grads = [p.grad for p in self.params]
             with torch.no_grad():
                 # Keras SGD (the reference's optimizer): v = m v - lr g; w += v
                 torch._foreach_mul_(self.velocity, self.momentum)
@@ -120,14 +132,19 @@ class TorchBackend:
         return n
 
     def evaluate(self, loader, split) -> tuple[float, int]:
+        """(sum of absolute errors over this rank's samples and targets, samples)."""
         torch = self.torch
         self.model.eval()
         total, n = 0.0, 0
         with torch.no_grad():
             for x, y in _diagnosed(loader, split, self.cfg):
+                x, y = x.to(self.device), y.to(self.device)
                 total += torch.abs(self.model(x) - y).sum().item()
                 n += x.shape[0]
-        return total / (n * data.N_TARGETS), n
+        return total, n
+
+    def fingerprint(self) -> float:
+        return float(sum(p.detach().double().abs().sum().item() for p in self.params))
 
 
 # ---------------------------------------------------------------- TensorFlow back end
@@ -135,29 +152,36 @@ class TorchBackend:
 class TensorFlowBackend:
     name = "tensorflow"
 
-    def __init__(self, cfg: dict, seed: int, threads: int | None, out_dir: Path):
-        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
-        divert_native_stderr(out_dir / "tensorflow-native.log")
+    def __init__(self, cfg: dict, launched, threads: int | None, out_dir: Path):
         import keras
         import tensorflow as tf
         from hpckit.cosmoflow.model_tf import build_model
-        if threads:
-            tf.config.threading.set_intra_op_parallelism_threads(threads)
-        keras.utils.set_random_seed(seed)
-        self.tf, self.cfg, self.seed = tf, cfg, seed
-        self.model = build_model(cfg)
-        self.optimizer = keras.optimizers.SGD(learning_rate=0.0, momentum=cfg["optimizer"]["momentum"])
-        model, optimizer = self.model, self.optimizer
+        keras.utils.set_random_seed(launched.seed)
+        self.tf, self.cfg, self.seed = tf, cfg, launched.seed
+        # --dist tf: variables mirrored on every worker, gradients all-reduced (SUM) by the
+        # optimizer in replica context; one process: the default strategy
+        self.strategy = launched.comm.strategy if launched.comm.kind == "tf" else tf.distribute.get_strategy()
+        replicas = self.strategy.num_replicas_in_sync
+        with self.strategy.scope():
+            self.model = build_model(cfg)
+            self.optimizer = keras.optimizers.SGD(learning_rate=0.0, momentum=cfg["optimizer"]["momentum"])
+        model, optimizer, strategy = self.model, self.optimizer, self.strategy
 
-        @tf.function
-        def train_step(x, y):
+        def replica_train_step(x, y):
             with tf.GradientTape() as tape:
+                # each replica's mean over its local batch / replicas: summed = global mean
                 loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
                 if model.losses:
                     loss += tf.add_n(model.losses)
+                loss = loss / replicas
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
             return tf.shape(x)[0]
+
+        @tf.function
+        def train_step(x, y):
+            n = strategy.run(replica_train_step, args=(x, y))
+            return strategy.experimental_local_results(n)[0]
 
         @tf.function
         def eval_step(x, y):
@@ -177,11 +201,16 @@ class TensorFlowBackend:
         return n
 
     def evaluate(self, ds, split) -> tuple[float, int]:
+        """(sum of absolute errors over this rank's samples and targets, samples)."""
         total, n = 0.0, 0
         for x, y in _diagnosed(ds, split, self.cfg):
             s, k = self.eval_step(x, y)
             total, n = total + float(s), n + int(k)
-        return total / (n * data.N_TARGETS), n
+        return total, n
+
+    def fingerprint(self) -> float:
+        import numpy as np
+        return float(sum(np.abs(v.numpy().astype(np.float64)).sum() for v in self.model.trainable_variables))
 
 
 BACKENDS = {"pytorch": TorchBackend, "tensorflow": TensorFlowBackend}
@@ -197,38 +226,54 @@ def _diagnosed(batches, split: data.SplitFiles, cfg: dict):
 def train(args) -> int:
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
-    run_as = launch(args)
-    ranks, seed, stage_dir = run_as.ranks, run_as.seed, run_as.stage_dir
+    if args.framework == "tensorflow":
+        # before TensorFlow (or tf.distribute) is first imported: its C++ log lines go to a file
+        os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        rank = dist.detect().rank
+        divert_native_stderr(ensure_writable_dir(args.output_dir, "--output-dir")
+                             / ("tensorflow-native.log" if rank == 0 else f"tensorflow-native.rank{rank}.log"))
+        if args.threads:   # before tf.distribute initialises the runtime
+            import tensorflow as tf
+            tf.config.threading.set_intra_op_parallelism_threads(args.threads)
+    launched = launch(args, args.framework)
+    ranks, comm = launched.ranks, launched.comm
     global_batch = cfg["data"]["batch_size"] * ranks.size
     if cfg["data"]["n_train"] % global_batch:
         raise KitError(f"config key 'data.n_train': {cfg['data']['n_train']} is not divisible by the global "
                        f"batch {global_batch}")
+    if cfg["data"]["n_valid"] % ranks.size:
+        raise KitError(f"config key 'data.n_valid': {cfg['data']['n_valid']} is not divisible by "
+                       f"{ranks.size} ranks")
     files = data.find_dataset(args.data, cfg["data"]["n_train"], cfg["data"]["n_valid"])
     quality = Quality(HPC.EVAL_ERROR, cfg["train"]["target_mae"], higher_is_better=False)
 
-    with MLPerfRun(benchmark=BENCHMARK, framework=args.framework, cfg=cfg, seed=seed, ranks=ranks,
-                   out_dir=args.output_dir, quality=quality) as run:
+    with MLPerfRun(benchmark=BENCHMARK, framework=args.framework, cfg=cfg, launched=launched,
+                   out_dir=args.output_dir, quality=quality, global_batch=global_batch) as run:
         run.clear_caches([p for split in files.values() for p in split.all_paths()])
         run.init_start(hyperparameters(cfg, global_batch))
-        backend = BACKENDS[args.framework](cfg, seed, args.threads, run.out_dir)
+        backend = BACKENDS[args.framework](cfg, launched, args.threads, run.out_dir)
         run.start_run()
 
-        shares = {name: split.shard(ranks.rank, ranks.size) for name, split in files.items()}
-        staged = run.stage({name: s.all_paths() for name, s in shares.items()}, stage_dir)
+        on_node = {name: node_share(split, ranks) for name, split in files.items()}
+        staged = run.stage({name: s.all_paths() for name, s in on_node.items()}, launched.stage_dir)
         if staged is not None:
-            shares = {name: s.relocated(staged[name]) for name, s in shares.items()}
+            on_node = {name: s.relocated(staged[name]) for name, s in on_node.items()}
+        shares = {name: rank_share(s, ranks) for name, s in on_node.items()}
         train_data, valid_data = backend.loaders(shares)
 
         def train_epoch(epoch: int) -> tuple[int, float]:
             t0 = time.perf_counter()
             n = backend.train_epoch(train_data, shares["train"], learning_rate(cfg, global_batch, epoch - 1))
-            return n * ranks.size, time.perf_counter() - t0
+            n = comm.allreduce_sum([n])[0]
+            return int(n), time.perf_counter() - t0
 
         def evaluate() -> tuple[float, int, float]:
             t0 = time.perf_counter()
-            mae, n = backend.evaluate(valid_data, shares["validation"])
-            return mae, n * ranks.size, time.perf_counter() - t0
+            total, n = comm.allreduce_sum(list(backend.evaluate(valid_data, shares["validation"])))
+            return total / (n * data.N_TARGETS), int(n), time.perf_counter() - t0
 
         run.epochs(cfg["train"]["n_epochs"], train_epoch, evaluate)
-    print(run.verdict())
+        run.check_replicas(backend.fingerprint())
+    if ranks.is_root:
+        print(run.verdict())
     return 0

@@ -7,6 +7,7 @@ accumulation, evaluate mean IoU) -> run_stop. The MLPerf protocol lives in hpcki
 
 from __future__ import annotations
 
+import contextlib
 import time
 
 import torch
@@ -15,7 +16,7 @@ from hpckit.common import optim
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import KitError
 from hpckit.common.mllog import C
-from hpckit.common.run import MLPerfRun, Quality, diagnosed, launch
+from hpckit.common.run import MLPerfRun, Quality, diagnosed, launch, node_share, rank_share
 from hpckit.deepcam import BENCHMARK, data
 from hpckit.deepcam.model import build_model, validate_model_config
 
@@ -72,25 +73,37 @@ def hyperparameters(cfg: dict, global_batch: int) -> list[tuple[str, object]]:
 
 
 class Trainer:
-    def __init__(self, cfg: dict, seed: int, threads: int | None):
-        torch.manual_seed(seed)
+    def __init__(self, cfg: dict, launched, threads: int | None):
+        torch.manual_seed(launched.seed)
         if threads:
             torch.set_num_threads(threads)
-        self.cfg = cfg
-        self.model = build_model(cfg)
+        self.cfg, self.device, self.comm = cfg, launched.device, launched.comm
+        self.model = build_model(cfg).to(self.device)
+        # DDP averages gradients in backward (skipped with no_sync between accumulation
+        # steps); Horovod broadcasts rank 0's state and averages before each step
+        self.net = self.comm.wrap_model(self.model) if self.comm.kind in ("torch", "horovod") else self.model
         self.optimizer = optim.make_optimizer(self.model.parameters(), cfg["optimizer"])
         self.scheduler = optim.make_scheduler(self.optimizer, cfg["scheduler"])
-        self.weights = class_weights(cfg)
+        self.weights = class_weights(cfg).to(self.device)
         self.accumulate = cfg["train"]["gradient_accumulation_frequency"]
+
+    def _forward_backward(self, x, y, step: bool) -> None:
+        sync = step or self.comm.kind != "torch"
+        with contextlib.nullcontext() if sync else self.net.no_sync():
+            loss = weighted_cross_entropy(self.net(x), y, self.weights) / self.accumulate
+            loss.backward()
 
     def train_epoch(self, batches) -> int:
         self.model.train()
         n = 0
         self.optimizer.zero_grad(set_to_none=True)
         for i, (x, y) in enumerate(batches, start=1):
-            loss = weighted_cross_entropy(self.model(x), y, self.weights) / self.accumulate
-            loss.backward()
-            if i % self.accumulate == 0:
+            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            step = i % self.accumulate == 0
+            self._forward_backward(x, y, step)
+            if step:
+                if self.comm.kind == "horovod":
+                    self.comm.average_gradients(self.model.parameters())
                 self.optimizer.step()
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
@@ -98,14 +111,19 @@ class Trainer:
         return n
 
     def evaluate(self, batches) -> tuple[float, int]:
+        """(sum of per-sample IoUs over this rank's samples, samples)."""
         self.model.eval()
         total, n = 0.0, 0
         with torch.no_grad():
             for x, y in batches:
+                x, y = x.to(self.device), y.to(self.device)
                 pred = self.model(x).argmax(1)
                 total += iou_per_sample(pred, y, self.cfg["model"]["n_classes"]).sum().item()
                 n += x.shape[0]
-        return total / n, n
+        return total, n
+
+    def fingerprint(self) -> float:
+        return float(sum(p.detach().double().abs().sum().item() for p in self.model.parameters()))
 
 
 def train(args) -> int:
@@ -113,28 +131,29 @@ def train(args) -> int:
         raise KitError(f"--framework {args.framework}: DeepCAM is implemented in PyTorch, as the reference")
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
-    run_as = launch(args)
-    ranks, seed, stage_dir = run_as.ranks, run_as.seed, run_as.stage_dir
-    if seed <= 0:
-        raise KitError(f"--seed {seed}: the DeepCAM closed rules want a seed > 0")
+    launched = launch(args, "pytorch")
+    ranks, comm = launched.ranks, launched.comm
+    if launched.seed <= 0:
+        raise KitError(f"--seed {launched.seed}: the DeepCAM closed rules want a seed > 0")
     accumulate = cfg["train"]["gradient_accumulation_frequency"]
     global_batch = cfg["data"]["batch_size"] * ranks.size * accumulate
     files = data.find_dataset(args.data, cfg["data"]["n_train"], cfg["data"]["n_valid"])
     stats = data.load_stats(args.data, cfg["data"]["n_channels"])
     quality = Quality(EVAL_ACCURACY, cfg["train"]["target_iou"], higher_is_better=True)
 
-    with MLPerfRun(benchmark=BENCHMARK, framework="pytorch", cfg=cfg, seed=seed, ranks=ranks,
-                   out_dir=args.output_dir, quality=quality) as run:
+    with MLPerfRun(benchmark=BENCHMARK, framework="pytorch", cfg=cfg, launched=launched,
+                   out_dir=args.output_dir, quality=quality, global_batch=global_batch) as run:
         run.clear_caches([p for split in files.values() for p in split.files])
         run.init_start(hyperparameters(cfg, global_batch))
-        trainer = Trainer(cfg, seed, args.threads)
+        trainer = Trainer(cfg, launched, args.threads)
         run.start_run()
 
-        shares = {name: split.shard(ranks.rank, ranks.size) for name, split in files.items()}
-        staged = run.stage({name: s.files for name, s in shares.items()}, stage_dir)
+        on_node = {name: node_share(split, ranks) for name, split in files.items()}
+        staged = run.stage({name: s.files for name, s in on_node.items()}, launched.stage_dir)
         if staged is not None:
-            shares = {name: s.relocated(staged[name]) for name, s in shares.items()}
-        loaders = {name: data.torch_loader(s, stats, cfg, train=name == "train", seed=seed)
+            on_node = {name: s.relocated(staged[name]) for name, s in on_node.items()}
+        shares = {name: rank_share(s, ranks) for name, s in on_node.items()}
+        loaders = {name: data.torch_loader(s, stats, cfg, train=name == "train", seed=launched.seed)
                    for name, s in shares.items()}
 
         def batches(name):
@@ -143,14 +162,16 @@ def train(args) -> int:
 
         def train_epoch(epoch: int) -> tuple[int, float]:
             t0 = time.perf_counter()
-            n = trainer.train_epoch(batches("train"))
-            return n * ranks.size, time.perf_counter() - t0
+            n = comm.allreduce_sum([trainer.train_epoch(batches("train"))])[0]
+            return int(n), time.perf_counter() - t0
 
         def evaluate() -> tuple[float, int, float]:
             t0 = time.perf_counter()
-            iou, n = trainer.evaluate(batches("validation"))
-            return iou, n * ranks.size, time.perf_counter() - t0
+            total, n = comm.allreduce_sum(list(trainer.evaluate(batches("validation"))))
+            return total / n, int(n), time.perf_counter() - t0
 
         run.epochs(cfg["train"]["n_epochs"], train_epoch, evaluate)
-    print(run.verdict())
+        run.check_replicas(trainer.fingerprint())
+    if ranks.is_root:
+        print(run.verdict())
     return 0

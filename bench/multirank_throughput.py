@@ -1,0 +1,102 @@
+#!/usr/bin/env python3
+"""1-rank versus N-rank training throughput of the mini configs, through the real launcher.
+
+For each case (deepcam/pytorch, cosmoflow/pytorch, cosmoflow/tensorflow) it generates the
+mini dataset once, then runs `hpckit train` for --epochs epochs (the quality target set
+out of reach, so every run does the same work): one process with all --threads, and N
+ranks under mpirun (or torchrun) with threads/N each and local batch = batch/N, so the
+global batch, the samples per epoch and the total threads are the same. It prints one
+line per run from the run's own summary.json:
+
+    case  ranks  launcher  global_batch  train samples/s  eval samples/s  epoch s
+
+and the N-rank/1-rank ratio of train samples/s. The header gives host, CPUs and the
+1-minute load average at start: figures taken on a busy machine are not figures.
+
+    .venv/bin/python bench/multirank_throughput.py                  # 2 ranks, mpirun, 2 epochs
+    .venv/bin/python bench/multirank_throughput.py --ranks 4 --launcher torchrun --cases deepcam/pytorch
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+CASES = ("deepcam/pytorch", "cosmoflow/pytorch", "cosmoflow/tensorflow")
+UNREACHABLE = {"deepcam": "train.target_iou=1.0", "cosmoflow": "train.target_mae=0.0001"}
+MINI_BATCH = 8
+
+
+def hpckit(*args) -> list[str]:
+    return [sys.executable, "-m", "hpckit", *map(str, args)]
+
+
+def run(cmd, env) -> None:
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    if proc.returncode != 0:
+        sys.exit(f"failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", default=",".join(CASES))
+    ap.add_argument("--ranks", type=int, default=2)
+    ap.add_argument("--launcher", choices=("mpirun", "torchrun"), default="mpirun")
+    ap.add_argument("--epochs", type=int, default=2)
+    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="total intra-op threads")
+    ap.add_argument("--workdir", default=None)
+    args = ap.parse_args()
+    if MINI_BATCH % args.ranks:
+        sys.exit(f"--ranks {args.ranks} must divide the mini batch {MINI_BATCH}")
+    if args.launcher == "mpirun" and shutil.which("mpirun") is None:
+        sys.exit("mpirun not found")
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    if os.geteuid() == 0:
+        env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
+    per_rank_threads = max(1, args.threads // args.ranks)
+    print(f"# host={platform.node()} cpus={os.cpu_count()} load1={os.getloadavg()[0]:.2f} "
+          f"launcher={args.launcher} ranks={args.ranks} epochs={args.epochs} threads_total={args.threads}")
+    print(f"{'case':<22} {'ranks':>5} {'launcher':<9} {'gbs':>4} {'train/s':>9} {'eval/s':>9} {'epoch_s':>8}")
+    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
+        tmp = Path(tmp)
+        data = {}
+        for case in args.cases.split(","):
+            bench, framework = case.split("/")
+            if bench not in data:
+                data[bench] = tmp / bench
+                run(hpckit("datagen", bench, "--config", "mini", "--out", data[bench], "--seed", "7"), env)
+            rates = {}
+            for ranks in (1, args.ranks):
+                out = tmp / f"{bench}-{framework}-{ranks}"
+                train = ["train", bench, "--data", data[bench], "--config", "mini", "--framework", framework,
+                         "--output-dir", out, "--seed", "1", "--set", f"train.n_epochs={args.epochs}",
+                         "--set", UNREACHABLE[bench], "--set", f"data.batch_size={MINI_BATCH // ranks}",
+                         "--threads", args.threads if ranks == 1 else per_rank_threads]
+                if ranks == 1:
+                    cmd = hpckit(*train)
+                elif args.launcher == "mpirun":
+                    cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none", "-x", "PATH",
+                           "-x", "TF_CPP_MIN_LOG_LEVEL", *hpckit(*train)]
+                else:
+                    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+                           "--max-restarts", "0", *hpckit(*train)[1:]]
+                run(cmd, env)
+                s = json.loads((out / "summary.json").read_text())
+                epoch_s = s["epochs"] and (s["time_to_train_s"] - s["staging_s"]) / s["epochs"]
+                rates[ranks] = s["train_samples_per_s"]
+                print(f"{case:<22} {s['ranks']:>5} {s['launcher']:<9} {s['global_batch_size']:>4} "
+                      f"{s['train_samples_per_s']:>9.1f} {s['eval_samples_per_s']:>9.1f} {epoch_s:>8.1f}")
+            print(f"{case:<22} ratio {args.ranks}-rank/1-rank train samples/s = {rates[args.ranks] / rates[1]:.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
