@@ -39,6 +39,7 @@ from reframe.core.builtins import (performance_function, run_after, run_before,
                                    sanity_function, variable)
 from reframe.core.exceptions import SanityError
 
+
 REFERENCES_FILE = 'references.yaml'
 
 
@@ -90,6 +91,11 @@ def assert_converged(summary):
                       f"after {summary.get('epochs')} epochs")
 
 
+def site_dataset(partition, benchmark):
+    """The partition's dataset path for `benchmark` (extras: data: {benchmark: path}), or ''."""
+    return (partition.extras.get('data') or {}).get(benchmark, '')
+
+
 class MLPerfDataset(rfm.RunOnlyRegressionTest):
     """Fixture: `hpckit datagen` writes a synthetic dataset into <stagedir>/data."""
 
@@ -99,6 +105,12 @@ class MLPerfDataset(rfm.RunOnlyRegressionTest):
     shuffle_labels = variable(typ.Bool, value=False)
     data_dir = variable(str, value='')   # an existing dataset: check it, generate nothing
     executable = 'hpckit'
+
+    @run_after('setup')
+    def use_site_dataset(self):
+        """A reference-size run reads the dataset where the partition says it lives."""
+        if not self.data_dir and self.config != 'mini':
+            self.data_dir = site_dataset(self.current_partition, self.benchmark)
 
     @property
     def path(self):
@@ -115,15 +127,21 @@ class MLPerfDataset(rfm.RunOnlyRegressionTest):
                                     '--out', 'data', '--seed', str(self.seed)]
             if self.shuffle_labels:
                 self.executable_opts.append('--shuffle-labels')
+        # the exit code in the output: schedulers polled with squeue do not report it
+        self.postrun_cmds = ['echo "dataset step exit code: $?"']
+
+    @property
+    def exitcode(self):
+        return sn.extractsingle(r'^dataset step exit code: (\d+)$', self.stdout, 1, int)
 
     @sanity_function
     def validate(self):
         if self.data_dir:
-            return sn.assert_eq(self.job.exitcode, 0, msg=f'dataset {self.data_dir} has '
+            return sn.assert_eq(self.exitcode, 0, msg=f'dataset {self.data_dir} has '
                                 'no train/ and validation/ directories')
         manifest = load_json('data/manifest.json', 'hpckit datagen')
         return sn.all([
-            sn.assert_eq(self.job.exitcode, 0,
+            sn.assert_eq(self.exitcode, 0,
                          msg=f'hpckit datagen {self.benchmark} exited with code {{0}}'),
             sn.assert_eq(manifest['shuffled_labels'], self.shuffle_labels,
                          msg='manifest.json: shuffled_labels is {0}, expected {1}'),
@@ -146,7 +164,8 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest):
 
     valid_systems = ['+mlperf']
     valid_prog_environs = ['+hpckit']
-    num_tasks = 1
+    num_tasks = 1            # set from the partition's extras (ranks, ranks_per_node)
+    local_batch_size = variable(int, value=0)   # 0: the config's (or the partition's local_batch_size)
     executable = 'hpckit'
     keep_files = ['out/mlperf.log', 'out/summary.json']
     reference = {'$ref': REFERENCES_FILE}
@@ -156,8 +175,26 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest):
 
     @run_after('init')
     def add_tags(self):
+        # a campaign (`reframe --repeat N`, the 10 CosmoFlow / 5 DeepCAM runs of a
+        # submission): repetition i trains with seed + i, in its own stage directory
+        self.seed += getattr(self, '.repeat_no', 0)
         self.tags |= {'mlperf', self.benchmark}
         self.ruleset = self.ruleset or ('mini' if self.config == 'mini' else 'hpc-3.0.0')
+
+    @run_after('setup')
+    def set_ranks(self):
+        """Ranks per run, ranks per node, node-local staging and the local batch (to keep
+        the global batch of a 1-rank run) come from the partition's extras."""
+        extras = self.current_partition.extras
+        self.num_tasks = int(extras.get('ranks', 1))
+        if 'ranks_per_node' in extras:
+            self.num_tasks_per_node = int(extras['ranks_per_node'])
+        self.local_batch_size = self.local_batch_size or int(extras.get('local_batch_size', 0))
+        if not self.stage_dir and extras.get('stage_dir'):
+            # node-local scratch, one directory per test so concurrent checks do not collide
+            self.stage_dir = os.path.join(extras['stage_dir'], self.unique_name)
+        if not self.data_dir and self.config != 'mini':
+            self.data_dir = site_dataset(self.current_partition, self.benchmark)
 
     @run_before('run')
     def set_command(self):
@@ -170,6 +207,8 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest):
             '--config', self.config, '--framework', self.framework,
             '--output-dir', 'out', '--stage-dir', self.stage_dir or 'staged',
             '--seed', str(self.seed)]
+        if self.local_batch_size:
+            self.executable_opts += ['--set', f'data.batch_size={self.local_batch_size}']
         for o in self.overrides:
             self.executable_opts += ['--set', o]
         check = f'hpckit check out/mlperf.log --ruleset {self.ruleset}'

@@ -99,6 +99,20 @@ def test_list_and_dry_run(tmp_path):
     assert out.count('P: time_to_train: None min (r:') == 3   # references.yaml
 
 
+def test_campaign_repeats_with_own_seed_and_stage_dir(tmp_path):
+    """`reframe --repeat 5` (the 5 DeepCAM runs of a submission): one dataset, five
+    trainings with seeds 333..337, each in its own stage directory (own staging, own
+    cache clear: every `hpckit train` clears the page cache of its files)."""
+    rc, out = reframe(tmp_path, '--repeat', '5', '-n', 'DeepCAMCheck', '--dry-run')
+    assert rc == 0, out
+    stage = tmp_path / 'rfm' / 'stage' / 'local' / 'default' / 'hpckit-venv'
+    scripts = {p.parent.name: p.read_text() for p in stage.glob('DeepCAMCheck_*/rfm_job.sh')}
+    assert len(scripts) == 5 and len(list(stage.glob('DeepCAMData_*'))) == 1
+    seeds = sorted(int(re.search(r'--seed (\d+)$', s, re.M)[1]) for s in scripts.values())
+    assert seeds == [333, 334, 335, 336, 337]
+    assert all('--stage-dir staged ' in s for s in scripts.values())   # relative: per test
+
+
 def test_site_dataset_is_not_generated(tmp_path):
     """Quick: with -S data_dir=DIR nothing is generated and both trainings read DIR."""
     rc, out = reframe(tmp_path, '--dry-run', '-n', 'CosmoFlowCheck', '-S', 'data_dir=/site/cosmoflow')

@@ -10,8 +10,9 @@ reference prefix, which this file sets to its own directory (see below).
 
 Partitions:
   default  local launcher, one process: where the MLPerf checks run (feature `mlperf`).
-  mpi      mpirun launcher, for multi-rank runs; not selected by the checks by default:
-           reframe ... -r --system local:mpi -S valid_systems=local:mpi -S num_tasks=2
+  mpi      mpirun launcher, 2 ranks per run at local batch 4 (global batch 8, as on
+           `default`); not selected by the checks by default:
+           reframe ... -r --system local:mpi -S valid_systems=local:mpi
 """
 
 import os
@@ -46,7 +47,8 @@ site_configuration = {
                 {**_partition, 'name': 'default', 'launcher': 'local',
                  'descr': 'local processes, one rank', 'features': ['mlperf']},
                 {**_partition, 'name': 'mpi', 'launcher': 'mpirun',
-                 'descr': 'local processes under mpirun', 'features': ['mpi']},
+                 'descr': 'local processes under mpirun', 'features': ['mpi'],
+                 'extras': {'ranks': 2, 'local_batch_size': 4}},
             ],
         },
     ],
