@@ -1,0 +1,142 @@
+"""ReFrame site profile `a100`: NVIDIA A100 nodes, modelled on NERSC Perlmutter's GPU nodes.
+
+Perlmutter (HPE Cray EX): 1x AMD EPYC 7763 (64 cores, 2 threads each), 256 GB DDR4,
+4x NVIDIA A100-SXM4-40GB with NVLink 3, 4x Slingshot 11 NICs per node; Slurm, `srun`.
+https://docs.nersc.gov/systems/perlmutter/architecture/
+
+    spack env activate site_profiles/a100          # once built: spack install
+    reframe -C site_profiles/a100/settings.py -c reframe_checks/ -r -p spack
+    reframe -C site_profiles/a100/settings.py -c reframe_checks/ -r -p apptainer
+
+What a site sets (environment variables, read when ReFrame loads this file):
+  HPCKIT_ACCOUNT      Slurm account (-A); Perlmutter GPU accounts end in _g. Unset: none.
+  HPCKIT_QOS          Slurm QOS (default: regular)
+  HPCKIT_CONSTRAINT   Slurm constraint selecting the GPU nodes (default: gpu)
+  HPCKIT_DATA         folder holding cosmoflow/ and deepcam/ (default: $PSCRATCH/mlperf-hpc)
+  HPCKIT_STAGE_DIR    node-local staging folder (default: /tmp/hpckit-stage; Perlmutter's
+                      GPU nodes have no local disk, /tmp is memory-backed)
+  HPCKIT_IMAGE        the Apptainer image (default: $HPCKIT_DATA/images/hpckit-a100-0.1.0.sif)
+  HPCKIT_SARUS_IMAGE  the image for Sarus (default: hpckit/a100:0.1.0)
+  HPCKIT_MODULES_SYSTEM  ReFrame modules system (default: nomod; lmod on Perlmutter)
+  HPCKIT_RFM_PREFIX   where ReFrame writes stage/, output/, perflogs/ (default: the repo)
+
+Sarus: Perlmutter itself runs containers with Shifter and podman-hpc, not Sarus; the
+`sarus` environment serves A100 sites that have Sarus (CSCS). Where a site lacks one,
+select the others: -p 'spack|apptainer'.
+"""
+
+import os
+
+_here = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(_here))
+
+# ReFrame 4.10.4 rejects general/reference_prefix (see site_profiles/local/settings.py):
+# the checks' `$ref: references.yaml` is found through the environment variable instead.
+os.environ.setdefault('RFM_REFERENCE_PREFIX', _here)
+
+_env = os.environ.get
+NODES = int(_env('HPCKIT_NODES', '1'))   # nodes per training run
+ACCOUNT = _env('HPCKIT_ACCOUNT', '')
+DATA = _env('HPCKIT_DATA', os.path.join(_env('PSCRATCH', '/pscratch/sd/u/user'),
+                                        'mlperf-hpc'))
+STAGE_DIR = _env('HPCKIT_STAGE_DIR', '/tmp/hpckit-stage')
+IMAGE = _env('HPCKIT_IMAGE', os.path.join(DATA, 'images', 'hpckit-a100-0.1.0.sif'))
+SARUS_IMAGE = _env('HPCKIT_SARUS_IMAGE', 'hpckit/a100:0.1.0')
+
+site_configuration = {
+    'systems': [
+        {
+            'name': 'a100',
+            'descr': 'NVIDIA A100 nodes, modelled on NERSC Perlmutter GPU (site profile a100)',
+            'hostnames': [r'perlmutter', r'login\d+', r'nid\d+'],
+            'modules_system': _env('HPCKIT_MODULES_SYSTEM', 'nomod'),
+            'prefix': _env('HPCKIT_RFM_PREFIX', REPO),
+            'partitions': [
+                {
+                    'name': 'gpu',
+                    'descr': '4x A100-SXM4-40GB, 1x EPYC 7763 per node',
+                    'scheduler': 'slurm',
+                    'launcher': 'srun',
+                    'access': [f'--constraint={_env("HPCKIT_CONSTRAINT", "gpu")}',
+                               f'--qos={_env("HPCKIT_QOS", "regular")}']
+                              + ([f'--account={ACCOUNT}'] if ACCOUNT else []),
+                    'environs': ['spack', 'apptainer', 'sarus'],
+                    'features': ['mlperf', 'gpu', 'cuda'],
+                    'max_jobs': 8,
+                    'time_limit': '2h',
+                    'processor': {'arch': 'zen3', 'num_cpus': 128, 'num_cpus_per_core': 2,
+                                  'num_sockets': 1, 'num_cpus_per_socket': 128},
+                    'devices': [{'type': 'gpu', 'arch': 'sm_80',
+                                 'model': 'NVIDIA A100-SXM4-40GB', 'num_devices': 4}],
+                    'resources': [
+                        {'name': 'gpu', 'options': ['--gpus-per-node={num_gpus_per_node}']},
+                    ],
+                    'container_platforms': [
+                        {'type': 'Apptainer', 'default': True},
+                        {'type': 'Sarus'},
+                        # Perlmutter's own runtimes; the kit's images run with Shifter too
+                        {'type': 'Shifter'},
+                    ],
+                    'extras': {
+                        'data': {'cosmoflow': os.path.join(DATA, 'cosmoflow'),
+                                 'deepcam': os.path.join(DATA, 'deepcam')},
+                        'stage_dir': STAGE_DIR,
+                        # ranks of one MLPerf run: one rank per GPU; HPCKIT_NODES nodes
+                        'ranks': NODES * 4,
+                        'ranks_per_node': 4,
+                    },
+                },
+            ],
+        },
+    ],
+    'environments': [
+        {
+            'name': 'spack',
+            'features': ['hpckit'],
+            'env_vars': [['PYTHONUNBUFFERED', '1']],
+            'extras': {'spack_env': _here},
+        },
+        {
+            'name': 'apptainer',
+            'features': ['hpckit'],
+            'env_vars': [['PYTHONUNBUFFERED', '1']],
+            'extras': {'container_platform': 'Apptainer', 'container_image': IMAGE},
+        },
+        {
+            'name': 'sarus',
+            'features': ['hpckit'],
+            'env_vars': [['PYTHONUNBUFFERED', '1']],
+            'extras': {'container_platform': 'Sarus', 'container_image': SARUS_IMAGE},
+        },
+    ],
+    'logging': [
+        {
+            'handlers$': [
+                {'type': 'stream', 'name': 'stdout', 'level': 'info',
+                 'format': '%(message)s'},
+            ],
+            'handlers': [
+                {'type': 'file', 'level': 'debug2', 'append': False,
+                 'format': '[%(asctime)s] %(levelname)s: %(check_info)s: %(message)s'},
+            ],
+            # as site_profiles/local: one file per test under
+            # <prefix>/perflogs/<system>/<partition>/, one line per performance variable
+            'perflog_multiline': True,
+            'handlers_perflog': [
+                {
+                    'type': 'filelog',
+                    'prefix': '%(check_system)s/%(check_partition)s',
+                    'level': 'info',
+                    'append': True,
+                    'format': ('%(check_job_completion_time)s|%(check_result)s|'
+                               '%(check_display_name)s|%(check_environ)s|'
+                               '%(check_config)s|%(check_seed)s|%(check_perf_var)s|'
+                               '%(check_perf_value)s|%(check_perf_unit)s|'
+                               '%(check_perf_ref)s|%(check_perf_lower_thres)s|'
+                               '%(check_perf_upper_thres)s|%(check_perf_result)s|'
+                               '%(check_job_nodelist)s'),
+                },
+            ],
+        },
+    ],
+}

@@ -1,0 +1,61 @@
+# Copyright Spack Project Developers. See COPYRIGHT file for details.
+#
+# SPDX-License-Identifier: (Apache-2.0 OR MIT)
+
+import os
+
+from spack_repo.builtin.build_systems.python import PythonPackage
+
+from spack.package import *
+
+# The repository this recipe lives in: spack_repo/mlperf_hpc/packages/<this dir>/ is four
+# levels below its root, where pyproject.toml builds the distribution mlperf-hpc-kit.
+_KIT_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir] * 4))
+
+
+class PyMlperfHpcKit(PythonPackage):
+    """The MLPerf HPC reproducibility kit (distribution mlperf-hpc-kit, command `hpckit`):
+    CosmoFlow and DeepCAM on data in their public on-disk formats, MLPerf logging and
+    compliance checks, scoring, and the ReFrame checks' entry point.
+
+    The kit publishes no release tarball. The site profiles' environments build it from
+    the working tree of this repository with Spack's `develop:` section (spack.yaml:
+    `path: ../..`), which needs no fetch and no checksum. Outside an environment
+    (`spack install py-mlperf-hpc-kit`), the `main` version clones this same checkout,
+    whose location Spack knows from this file's path, at the tip of its branch `main`."""
+
+    homepage = "https://github.com/mlcommons/hpc"
+    git = f"file://{_KIT_ROOT}"
+
+    license("Apache-2.0")
+
+    version("main", branch="main")
+    # The release in pyproject.toml; built through `develop:` in the environments.
+    version("0.1.0", branch="main", preferred=True)
+
+    variant("torch", default=True, description="PyTorch backend (CosmoFlow and DeepCAM)")
+    variant("tensorflow", default=False, description="TensorFlow/Keras backend (CosmoFlow)")
+    variant("horovod", default=False, description="Horovod for multi-rank training")
+
+    depends_on("python@3.11:", type=("build", "run"))
+    depends_on("py-setuptools@68:", type="build")
+
+    # [project] dependencies of pyproject.toml
+    depends_on("py-numpy@1.26:", type=("build", "run"))
+    depends_on("py-pyyaml@6:", type=("build", "run"))
+    depends_on("py-mlperf-logging@4.1:", type=("build", "run"))
+    depends_on("py-crc32c@2.4:", type=("build", "run"))
+    # DeepCAM's HDF5 data (hpckit.deepcam)
+    depends_on("py-h5py", type=("build", "run"))
+
+    # [project.optional-dependencies]
+    depends_on("py-torch@2.1:", type=("build", "run"), when="+torch")
+    depends_on("py-tensorflow@2.14:", type=("build", "run"), when="+tensorflow")
+    depends_on("py-horovod", type=("build", "run"), when="+horovod")
+    depends_on("py-horovod frameworks=pytorch", type=("build", "run"), when="+horovod+torch")
+    depends_on(
+        "py-horovod frameworks=tensorflow", type=("build", "run"), when="+horovod+tensorflow"
+    )
+    conflicts("+horovod", when="~torch~tensorflow", msg="Horovod needs a framework")
+
+    import_modules = ["hpckit", "hpckit.common", "hpckit.cosmoflow", "hpckit.deepcam"]
