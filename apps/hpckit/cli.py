@@ -14,6 +14,12 @@ from hpckit.common.dist import DIST_CHOICES
 from hpckit.common.errors import EXIT_USAGE, KitError
 
 BENCHMARKS = ("cosmoflow", "deepcam")
+# Subcommands that own their arguments: module.add_arguments(parser) and module.main(args).
+# The modules import their heavy dependencies (matplotlib, spython) inside main().
+TOOL_COMMANDS = {
+    "package": ("hpckit.results.package", "lay runs out as an MLPerf HPC submission package"),
+    "report": ("hpckit.results.report", "write the time-to-solution report (index.html + PNG plots)"),
+}
 RULESETS = ("hpc-1.0.0", "hpc-2.0.0", "hpc-3.0.0", "mini")
 
 
@@ -77,6 +83,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("paths", nargs="+", metavar="PATH",
                    help="result logs and/or directories (each directory: one set per benchmark and platform)")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the scores as JSON")
+
+    for name, (module, help_text) in TOOL_COMMANDS.items():
+        importlib.import_module(module).add_arguments(sub.add_parser(name, help=help_text))
     return parser
 
 
@@ -89,6 +98,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.command == "score":
             from hpckit.results.score import main_score
             return main_score(args)
+        if args.command in TOOL_COMMANDS:
+            return importlib.import_module(TOOL_COMMANDS[args.command][0]).main(args)
         module = importlib.import_module(f"hpckit.{args.benchmark}.commands")
         return getattr(module, args.command)(args)
     except KitError as e:

@@ -14,7 +14,7 @@ import sys
 from pathlib import Path
 
 from hpckit.common.errors import KitError
-from hpckit.results.logs import RunLog, parse_log
+from hpckit.results.logs import MARKER, RunLog, parse_log
 
 MIN_RUNS = 3
 
@@ -73,8 +73,18 @@ def _natural(p: Path):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]
 
 
+def _is_mllog(p: Path) -> bool:
+    """A *.log that holds MLPerf log lines (not, say, a run's tensorflow-native.log)."""
+    try:
+        with open(p, "rb") as f:
+            return MARKER.encode() in f.read(1 << 16)
+    except OSError:
+        return False
+
+
 def _dir_logs(d: Path) -> list[Path]:
-    found = {p for pat in ("result_*.txt", "*.log") for p in d.rglob(pat) if p.is_file()}
+    found = {p for p in d.rglob("result_*.txt") if p.is_file()}
+    found |= {p for p in d.rglob("*.log") if p.is_file() and _is_mllog(p)}
     return sorted(found, key=_natural)
 
 

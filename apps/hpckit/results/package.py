@@ -1,0 +1,364 @@
+"""`hpckit package`: lay result logs out as an MLPerf HPC submission package.
+
+    hpckit package --site PROFILE --org NAME RUNS... --out DIR [--system NAME]
+                   [--division closed|open] [--status onprem|cloud|preview|research|available]
+                   [--benchmark cosmoflow|deepcam] [--system-json FILE]
+                   [--check hpc-3.0.0|mini|...] [--seed-checker-bypass] [--rcp-bypass]
+
+RUNS are kit output directories (with `mlperf.log`), raw result logs, or directories of
+result logs (`result_*.txt`). The package (the layout the official package checker walks):
+
+    DIR/<org>/results/<system>/{strong|weak}/<benchmark>/result_<i>.txt   (i from 0, by run_start)
+    DIR/<org>/systems/<system>.json
+    DIR/<org>/benchmarks/<benchmark>/implementations/hpckit-<version>/README.md
+
+The logs are copied byte for byte (never edited). The system description comes from the
+site profile's `system.yaml` (every field the official system-description checker
+requires, except `submitter`, `division` and `status`, which come from --org, --division
+and --status) or from --system-json; `number_of_nodes` is set from the runs' logs. Every
+file is written atomically. `--check` then runs the official package checker and result
+summarizer on the package (see hpckit.results.checkers; `mini` = the kit's mini ruleset).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from hpckit.common.errors import KitError
+
+# The official system-description checker's required fields (mlperf_logging
+# system_desc_checker.check_system_desc; a test compares this list with its source).
+REQUIRED_FIELDS = (
+    "submitter", "division", "status", "system_name", "number_of_nodes",
+    "host_processors_per_node", "host_processor_model_name", "host_processor_core_count",
+    "host_processor_vcpu_count", "host_processor_frequency", "host_processor_caches",
+    "host_processor_interconnect", "host_memory_capacity", "host_storage_type",
+    "host_storage_capacity", "host_networking", "host_networking_topology",
+    "host_memory_configuration", "accelerators_per_node", "accelerator_model_name",
+    "accelerator_host_interconnect", "accelerator_frequency", "accelerator_on-chip_memories",
+    "accelerator_memory_configuration", "accelerator_memory_capacity",
+    "accelerator_interconnect", "accelerator_interconnect_topology", "cooling", "hw_notes",
+    "framework", "other_software_stack", "operating_system", "sw_notes",
+)
+FILLED_BY_PACKAGER = ("submitter", "division", "status")
+SITE_FIELDS = tuple(f for f in REQUIRED_FIELDS if f not in FILLED_BY_PACKAGER)
+DIVISIONS = ("closed", "open")
+STATUSES = ("onprem", "cloud", "preview", "research", "available")
+BENCHMARKS = ("cosmoflow", "deepcam", "oc20", "openfold")
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]*$")
+REPO = Path(__file__).resolve().parents[3]
+
+
+def add_arguments(p) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="kit output directories (mlperf.log), result logs, or directories of result_*.txt")
+    p.add_argument("--site", default=None,
+                   help="site profile: a name under site_profiles/ or a directory with system.yaml")
+    p.add_argument("--org", required=True, help="submitting organisation (folder name and submitter)")
+    p.add_argument("--out", required=True, help="package root; <org>/ is created under it")
+    p.add_argument("--system", default=None,
+                   help="system name (folder and systems/<system>.json; default: system_name of the profile)")
+    p.add_argument("--division", choices=DIVISIONS, default=None,
+                   help="default: the runs' submission_division")
+    p.add_argument("--status", choices=STATUSES, default=None,
+                   help="default: the runs' submission_status")
+    p.add_argument("--benchmark", choices=BENCHMARKS, default=None,
+                   help="every run must be this benchmark (and logs without submission_benchmark are taken as it)")
+    p.add_argument("--system-json", default=None, metavar="FILE",
+                   help="a complete system description JSON instead of the profile's system.yaml")
+    p.add_argument("--check", default=None, metavar="RULESET",
+                   help="afterwards run the official package checker and result summarizer "
+                        "(hpc-1.0.0, hpc-2.0.0, hpc-3.0.0 or mini)")
+    p.add_argument("--seed-checker-bypass", action="store_true",
+                   help="with --check: pass --seed-checker-bypass (logs that log no seed, e.g. v1.0)")
+    p.add_argument("--rcp-bypass", action="store_true", help="with --check: pass --rcp-bypass")
+
+
+# ---- site profile and system description ---------------------------------------------
+
+def profiles_root() -> Path:
+    return REPO / "site_profiles"
+
+
+def known_sites() -> list[str]:
+    root = profiles_root()
+    return sorted(d.name for d in root.iterdir() if (d / "system.yaml").is_file()) if root.is_dir() else []
+
+
+def resolve_site(site: str) -> Path:
+    """A profile name under site_profiles/ or a path to a profile directory / system.yaml."""
+    path = Path(site)
+    candidates = []
+    if path.name == "system.yaml":
+        candidates.append(path)
+    if path.is_dir():
+        candidates.append(path / "system.yaml")
+    if _NAME_RE.match(site):
+        candidates.append(profiles_root() / site / "system.yaml")
+    for c in candidates:
+        if c.is_file():
+            return c
+    if path.is_dir() or (profiles_root() / site).is_dir():
+        where = path if path.is_dir() else profiles_root() / site
+        raise KitError(f"site profile {where}: no system.yaml (the system description)")
+    raise KitError(f"site profile {site!r}: not found (known: {', '.join(known_sites()) or 'none'})")
+
+
+def _stringify(value, key: str, source):
+    if isinstance(value, bool) or value is None:
+        raise KitError(f"{source}: field '{key}' must be a string or number, got {value!r}")
+    if isinstance(value, (int, float)):
+        return str(value)
+    if isinstance(value, str):
+        return value
+    if key == "other_software_stack" and isinstance(value, dict):
+        return {str(k): _stringify(v, f"{key}.{k}", source) for k, v in value.items()}
+    raise KitError(f"{source}: field '{key}' must be a string, got {type(value).__name__}")
+
+
+def load_system_yaml(path: Path) -> dict:
+    import yaml
+    try:
+        data = yaml.safe_load(path.read_text())
+    except OSError as e:
+        raise KitError(f"system description {path}: cannot read ({e.strerror or e})") from None
+    except yaml.YAMLError as e:
+        raise KitError(f"system description {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    if not isinstance(data, dict):
+        raise KitError(f"system description {path}: expected a mapping of fields")
+    missing = [f for f in SITE_FIELDS if f not in data]
+    if missing:
+        raise KitError(f"system description {path}: missing field '{missing[0]}'"
+                       + (f" (and {len(missing) - 1} more)" if len(missing) > 1 else ""))
+    extra = sorted(set(data) - set(SITE_FIELDS))
+    if extra:
+        filled = [k for k in extra if k in FILLED_BY_PACKAGER]
+        hint = " (filled from --org/--division/--status)" if filled else ""
+        raise KitError(f"system description {path}: unexpected field '{extra[0]}'{hint}")
+    return {k: _stringify(data[k], k, f"system description {path}") for k in SITE_FIELDS}
+
+
+def load_system_json(path: Path) -> dict:
+    try:
+        data = json.loads(path.read_text())
+    except OSError as e:
+        raise KitError(f"--system-json {path}: cannot read ({e.strerror or e})") from None
+    except ValueError as e:
+        raise KitError(f"--system-json {path}: not valid JSON ({e})") from None
+    if not isinstance(data, dict):
+        raise KitError(f"--system-json {path}: expected a JSON object")
+    missing = [f for f in REQUIRED_FIELDS if f not in data and f not in FILLED_BY_PACKAGER]
+    if missing:
+        raise KitError(f"--system-json {path}: missing field '{missing[0]}'")
+    return {k: (v if k == "other_software_stack" and isinstance(v, dict)
+                else _stringify(v, k, f"--system-json {path}")) for k, v in data.items()}
+
+
+# ---- runs --------------------------------------------------------------------------------
+
+def collect_runs(args_runs: list[str]) -> list[tuple[Path, object]]:
+    from hpckit.results.logs import parse_log
+    paths: list[Path] = []
+    for arg in map(Path, args_runs):
+        if arg.is_dir():
+            if (arg / "mlperf.log").is_file():
+                paths.append(arg / "mlperf.log")
+            else:
+                logs = sorted(arg.glob("result_*.txt"))
+                if not logs:
+                    raise KitError(f"run directory {arg}: no mlperf.log (and no result_*.txt)")
+                paths += logs
+        elif arg.is_file():
+            paths.append(arg)
+        else:
+            raise KitError(f"run {arg}: no such file or directory")
+    seen = {}
+    for p in paths:
+        key = p.resolve()
+        if key in seen:
+            raise KitError(f"run {p}: given twice")
+        seen[key] = p
+    return [(p, parse_log(p)) for p in paths]
+
+
+def _one(values: set, what: str, given):
+    values.discard(None)
+    if given is not None:
+        return given
+    if len(values) > 1:
+        raise KitError(f"the runs disagree on {what} ({', '.join(sorted(map(str, values)))}); "
+                       f"give --{what.replace('submission_', '')}")
+    return values.pop() if values else None
+
+
+def kit_version() -> str:
+    try:
+        from importlib.metadata import version
+        return version("mlperf-hpc-kit")
+    except Exception:
+        import hpckit
+        return hpckit.__version__
+
+
+def _git_commit() -> str | None:
+    if not (REPO / ".git").exists():
+        return None
+    try:
+        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
+                             text=True, timeout=10)
+    except (OSError, subprocess.TimeoutExpired):
+        return None
+    return out.stdout.strip() if out.returncode == 0 else None
+
+
+def _hpckit_config(log: Path) -> str | None:
+    for line in log.read_text(errors="replace").splitlines():
+        if '"key": "hpckit_config"' in line:
+            try:
+                return json.loads(line[line.rindex(":::MLLOG ") + 9:])["value"].get("name")
+            except (ValueError, KeyError, AttributeError):
+                return None
+    return None
+
+
+def benchmark_readme(benchmark: str, runs: list, version: str) -> str:
+    commit = _git_commit()
+    configs = sorted({c for c in (_hpckit_config(p) for p, _ in runs) if c})
+    lines = [f"# {benchmark}: hpckit {version}", "",
+             "Implementation: the MLPerf HPC reproducibility kit (`hpckit`, distribution "
+             f"`mlperf-hpc-kit` {version}).",
+             f"Source: the kit's repository{f' at commit {commit}' if commit else ''}, "
+             f"`apps/hpckit/{benchmark}/` and `apps/hpckit/common/`.", ""]
+    if configs:
+        lines += [f"Training config(s) logged by the runs (`hpckit_config`): {', '.join(configs)}.", "",
+                  "Reproduce one run:", "", "```sh",
+                  f"hpckit train {benchmark} --data DATA --config {configs[0]} --output-dir OUT --seed SEED",
+                  "```", ""]
+    else:
+        lines += ["The runs were not written by hpckit (no `hpckit_config` line); they are "
+                  "packaged as given.", ""]
+    return "\n".join(lines)
+
+
+def main(args) -> int:
+    from hpckit.common.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text, ensure_writable_dir
+
+    if args.system_json is None and args.site is None:
+        raise KitError(f"give --site (known: {', '.join(known_sites()) or 'none'}) or --system-json")
+    if not _NAME_RE.match(args.org):
+        raise KitError(f"--org {args.org!r}: use letters, digits, '.', '_', '+', '-'")
+    if args.system_json is not None:
+        desc = load_system_json(Path(args.system_json))
+        source = f"--system-json {args.system_json}"
+    else:
+        yaml_path = resolve_site(args.site)
+        desc = load_system_yaml(yaml_path)
+        source = f"system description {yaml_path}"
+    system = args.system or desc.get("system_name")
+    if not system or not _NAME_RE.match(system):
+        raise KitError(f"system name {system!r} (from {'--system' if args.system else source}): "
+                       "use letters, digits, '.', '_', '+', '-'")
+    desc["system_name"] = system
+
+    runs = collect_runs(args.runs)
+    for path, r in runs:
+        bench = (r.benchmark or args.benchmark or "").lower()
+        if not bench:
+            raise KitError(f"log {path}: no submission_benchmark; give --benchmark")
+        if args.benchmark and bench != args.benchmark:
+            raise KitError(f"log {path}: benchmark {bench}, not --benchmark {args.benchmark}")
+        if bench not in BENCHMARKS:
+            raise KitError(f"log {path}: unknown benchmark {bench!r} (known: {', '.join(BENCHMARKS)})")
+    division = _one({r.division for _, r in runs}, "division", args.division) or "closed"
+    status = _one({r.status for _, r in runs}, "status", args.status) or "onprem"
+    for path, r in runs:
+        if r.division and r.division != division:
+            raise KitError(f"log {path}: submission_division {r.division}, package division {division}")
+    nodes = {r.number_of_nodes for _, r in runs if r.number_of_nodes is not None}
+    if len(nodes) > 1:
+        raise KitError(f"the runs use different node counts ({', '.join(map(str, sorted(nodes)))}); "
+                       "package each scale as its own --system")
+    if nodes:
+        desc["number_of_nodes"] = str(nodes.pop())
+    accels = {r.accelerators_per_node for _, r in runs if r.accelerators_per_node is not None}
+    if accels and {str(a) for a in accels} != {str(desc["accelerators_per_node"])}:
+        raise KitError(f"{source}: accelerators_per_node {desc['accelerators_per_node']} but the runs log "
+                       f"{', '.join(map(str, sorted(accels)))}")
+    desc.update(submitter=args.org, division=division, status=status)
+    desc = {k: desc[k] for k in REQUIRED_FIELDS} | {k: v for k, v in desc.items() if k not in REQUIRED_FIELDS}
+
+    warnings = []
+    other_org = [(p, r.org) for p, r in runs if r.org and r.org != args.org]
+    if other_org:
+        warnings.append(f"{len(other_org)} run(s) log submission_org {other_org[0][1]!r}, not --org "
+                        f"{args.org!r} (e.g. {other_org[0][0]}; hpckit train --set mlperf.org=...)")
+
+    # Group: (scaling, benchmark) -> runs ordered by run_start.
+    groups: dict[tuple[str, str], list] = {}
+    for path, r in runs:
+        scaling = "weak" if r.instance is not None else "strong"
+        groups.setdefault((scaling, (r.benchmark or args.benchmark).lower()), []).append((path, r))
+    from mlperf_logging.benchmark_meta import get_result_file_counts
+    counts = get_result_file_counts("hpc")
+    for (scaling, bench), members in groups.items():
+        members.sort(key=lambda pr: (pr[1].run_start_ms, str(pr[0])))
+        need = counts.get(bench)
+        if need and (len(members) != need if scaling == "strong" else len(members) < need):
+            warnings.append(f"{bench} ({scaling} scaling): {len(members)} runs; the rules ask for "
+                            f"{'exactly' if scaling == 'strong' else 'at least'} {need}")
+        if scaling == "strong" and division == "closed":
+            seedless = [str(p) for p, _ in members if '"key": "seed"' not in p.read_text(errors="replace")]
+            if seedless:
+                warnings.append(f"{bench}: {len(seedless)} run(s) log no seed (e.g. {seedless[0]}); the "
+                                "package checker's seed check fails on them (--seed-checker-bypass)")
+
+    org_dir = ensure_writable_dir(Path(args.out) / args.org, "--out")
+    system_json = org_dir / "systems" / f"{system}.json"
+    if system_json.exists():
+        try:
+            old = json.loads(system_json.read_text())
+        except (OSError, ValueError):
+            old = None
+        if old != desc:
+            raise KitError(f"{system_json}: already exists with a different description; "
+                           "use another --out or --system")
+    for (scaling, bench) in groups:
+        bdir = org_dir / "results" / system / scaling / bench
+        if bdir.exists() and any(bdir.iterdir()):
+            raise KitError(f"{bdir}: already holds results; use another --out or remove it")
+
+    version = kit_version()
+    written = []
+    (org_dir / "systems").mkdir(parents=True, exist_ok=True)
+    atomic_write_json(system_json, desc)
+    written.append(system_json)
+    for (scaling, bench), members in sorted(groups.items()):
+        bdir = org_dir / "results" / system / scaling / bench
+        bdir.mkdir(parents=True, exist_ok=True)
+        for i, (path, _) in enumerate(members):
+            atomic_write_bytes(bdir / f"result_{i}.txt", path.read_bytes())
+        impl = org_dir / "benchmarks" / bench / "implementations" / f"hpckit-{version}"
+        impl.mkdir(parents=True, exist_ok=True)
+        atomic_write_text(impl / "README.md", benchmark_readme(bench, members, version))
+        print(f"{bench}: {len(members)} runs -> {bdir}")
+
+    for w in warnings:
+        print(f"hpckit package: warning: {w}", file=sys.stderr)
+    print(f"system description -> {system_json}")
+    if not args.check:
+        return 0
+    from hpckit.results.checkers import CHECK_RULESETS, run_package_checker, run_result_summarizer
+    if args.check not in CHECK_RULESETS:
+        raise KitError(f"--check {args.check!r}: expected one of {', '.join(CHECK_RULESETS)}")
+    pc = run_package_checker(org_dir, args.check, seed_checker_bypass=args.seed_checker_bypass,
+                             rcp_bypass=args.rcp_bypass)
+    rs = run_result_summarizer(org_dir, args.check)
+    atomic_write_text(Path(args.out) / f"{args.org}.package_checker.txt", pc.output)
+    print(pc.verdict)
+    print(rs.verdict)
+    sys.stdout.flush()
+    return 0 if pc.ok and rs.ok else 1

@@ -1,0 +1,530 @@
+"""`hpckit report`: the time-to-solution report of a site's runs, beside published ones.
+
+    hpckit report RUNS... --out DIR [--published PATH ...] [--perflog FILE_OR_DIR ...]
+
+Writes DIR/index.html (self-contained: tables and relative links to PNGs in DIR):
+
+* scores per set (`hpckit.results.score`: olympic mean / time_to_train_all), `table#scores`;
+* per run: time to train split into staging, training and evaluation (from the MLPerf
+  log events staging_start/stop, eval_start/stop, inside run_start..run_stop), epochs,
+  global batch size, compute units, epoch time and throughput, the staging-to-epoch
+  ratio and the unit-hours spent, `table#runs`, plotted in `tts.png`;
+* epoch throughput and epochs to converge against global batch size and compute units,
+  the site's runs beside the published ones, `scaling.png`;
+* the compute budget per set (unit-hours = time to train x compute units), `table#budget`;
+* ReFrame's performance logs (the `filelog` perflog handler of a site profile, fields
+  separated by '|', a header line first): each performance variable over time,
+  `history.png` and `table#perflog`.
+
+Compute units: nodes x accelerators per node; on CPU-only runs (0 accelerators) the
+ranks of the kit's logged config, else the nodes. Numbers in the tables carry their
+unrounded value in a `data-value` attribute.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import html
+import math
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+
+from hpckit.common.errors import KitError
+
+PNGS = ("tts.png", "scaling.png", "history.png")
+
+
+def add_arguments(p) -> None:
+    p.add_argument("runs", nargs="+", metavar="RUN",
+                   help="the site's runs: kit output directories (mlperf.log), result logs, or directories of them")
+    p.add_argument("--out", required=True, help="report directory (index.html and the PNGs go there)")
+    p.add_argument("--published", nargs="+", action="extend", default=[], metavar="PATH",
+                   help="published result logs or directories of them (e.g. a results repository's sets)")
+    p.add_argument("--perflog", nargs="+", action="extend", default=[], metavar="FILE_OR_DIR",
+                   help="ReFrame performance logs (files, or a perflogs/ directory searched for *.log)")
+    p.add_argument("--title", default="MLPerf HPC time-to-solution report")
+
+
+# ---- reading runs ----------------------------------------------------------------------
+
+@dataclass
+class RunFacts:
+    name: str
+    origin: str                  # "site" or "published"
+    log: object                  # hpckit.results.logs.RunLog
+    set_label: str = ""
+    global_batch_size: int | None = None
+    train_samples: int | None = None
+    ranks: int | None = None
+    compute_units: int | None = None
+    staging_s: float | None = None        # staging inside the clock
+    staging_outside_s: float | None = None  # staging before run_start (not timed)
+    eval_s: float = 0.0
+    train_s: float = 0.0
+    total_s: float = 0.0
+    epoch_s: float | None = None          # mean epoch time without its evaluation
+    epoch_throughput: float | None = None  # train samples / epoch_s
+    staging_epoch_ratio: float | None = None
+    unit_hours: float | None = None
+    extra: dict = field(default_factory=dict)
+
+
+def _num(v):
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+
+
+def _overlap(a0, a1, b0, b1) -> float:
+    return max(0.0, min(a1, b1) - max(a0, b0))
+
+
+def run_facts(path: Path, origin: str) -> RunFacts:
+    from hpckit.results.logs import _records, parse_log
+
+    log = parse_log(path)
+    recs = _records(path)
+    stop_i = next(i for i, r in enumerate(recs) if r["key"] == "run_stop")
+    upto = recs[:stop_i + 1]
+    t0, t1 = log.run_start_ms, log.run_stop_ms
+    f = RunFacts(name=str(path), origin=origin, log=log, total_s=(t1 - t0) / 1000.0)
+    first = {}
+    for r in recs:
+        first.setdefault(r["key"], r.get("value"))
+    f.global_batch_size = _num(first.get("global_batch_size"))
+    f.train_samples = _num(first.get("train_samples"))
+    cfg = first.get("hpckit_config")
+    if isinstance(cfg, dict):
+        f.ranks = _num(cfg.get("ranks"))
+
+    if log.staging_start_ms is not None and log.staging_stop_ms is not None:
+        s0, s1 = log.staging_start_ms, log.staging_stop_ms
+        f.staging_s = _overlap(s0, s1, t0, t1) / 1000.0
+        f.staging_outside_s = (s1 - s0) / 1000.0 - f.staging_s
+
+    # Evaluation intervals: each eval_start up to the next eval_stop (any event type).
+    evals, open_at = [], None
+    for r in upto:
+        t = _num(r.get("time_ms"))
+        if t is None:
+            continue
+        if r["key"] == "eval_start":
+            open_at = t
+        elif r["key"] == "eval_stop" and open_at is not None:
+            evals.append((open_at, t))
+            open_at = None
+    f.eval_s = sum(_overlap(a, b, t0, t1) for a, b in evals) / 1000.0
+    f.train_s = max(0.0, f.total_s - (f.staging_s or 0.0) - f.eval_s)
+
+    # Epoch intervals in file order: epoch_start to its epoch_stop (or to the next
+    # epoch_start, or run_stop), less the evaluations inside them.
+    intervals, open_at = [], None
+    for r in upto:
+        t = _num(r.get("time_ms"))
+        if t is None:
+            continue
+        if r["key"] == "epoch_start":
+            if open_at is not None:
+                intervals.append((open_at, t))
+            open_at = t
+        elif r["key"] == "epoch_stop" and open_at is not None:
+            intervals.append((open_at, t))
+            open_at = None
+    if open_at is not None:
+        intervals.append((open_at, t1))
+    epochs = [max(0.0, (b - a - sum(_overlap(c, d, a, b) for c, d in evals)) / 1000.0)
+              for a, b in intervals]
+    if epochs:
+        f.epoch_s = sum(epochs) / len(epochs)
+        if f.train_samples and f.epoch_s > 0:
+            f.epoch_throughput = f.train_samples / f.epoch_s
+        if f.staging_s is not None and f.epoch_s > 0:
+            staged = f.staging_s + (f.staging_outside_s or 0.0)
+            f.staging_epoch_ratio = staged / f.epoch_s
+
+    nodes = log.number_of_nodes
+    acc = log.accelerators_per_node
+    if nodes is not None and acc:
+        f.compute_units = nodes * acc
+    elif f.ranks:
+        f.compute_units = f.ranks
+    elif nodes is not None:
+        f.compute_units = nodes
+    if f.compute_units:
+        f.unit_hours = f.total_s / 3600.0 * f.compute_units
+    return f
+
+
+def _discover(arg: Path, what: str) -> list[Path]:
+    if arg.is_file():
+        return [arg]
+    if arg.is_dir():
+        if (arg / "mlperf.log").is_file():
+            return [arg / "mlperf.log"]
+        found = {p for p in arg.rglob("*") if p.is_file() and (
+            p.name == "mlperf.log" or (p.suffix == ".txt" and "result_" in p.name
+                                       and not p.name.endswith(".compliance.txt")))}
+        if not found:
+            raise KitError(f"{what} {arg}: no result logs (mlperf.log, *result_*.txt)")
+        return sorted(found, key=lambda p: str(p))
+    raise KitError(f"{what} {arg}: no such file or directory")
+
+
+def gather(args_paths: list[str], origin: str, seen: set) -> tuple[list[dict], dict]:
+    """Score the logs as sets (hpckit.results.score) and read each run's facts."""
+    from hpckit.results.score import collect_sets
+
+    files = []
+    for arg in args_paths:
+        for p in _discover(Path(arg), "run" if origin == "site" else "--published"):
+            digest = hashlib.sha256(p.read_bytes()).hexdigest()
+            if digest in seen:  # the same log reached twice (a copy in another folder)
+                continue
+            seen.add(digest)
+            files.append(p)
+    if not files:
+        return [], {}
+    sets = collect_sets(files)
+    facts = {}
+    for s in sets:
+        for name, r in s["runs"]:
+            f = run_facts(Path(r.path), origin)
+            f.set_label = _set_label(s, origin)
+            facts[r.path] = f
+    return sets, facts
+
+
+def _set_label(s: dict, origin: str) -> str:
+    nodes = s["nodes"] if s["nodes"] is not None else "?"
+    return f"{origin}: {s['org']} {s['platform']} {s['benchmark']} (nodes {nodes})"
+
+
+# ---- ReFrame perflogs ------------------------------------------------------------------
+
+def read_perflogs(args_paths: list[str]) -> list[dict]:
+    files = []
+    for arg in map(Path, args_paths):
+        if arg.is_file():
+            files.append(arg)
+        elif arg.is_dir():
+            found = sorted(arg.rglob("*.log"))
+            if not found:
+                raise KitError(f"--perflog {arg}: no *.log files")
+            files += found
+        else:
+            raise KitError(f"--perflog {arg}: no such file or directory")
+    rows = []
+    for path in files:
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError as e:
+            raise KitError(f"--perflog {path}: cannot read ({e.strerror or e})") from None
+        lines = [ln for ln in lines if ln.strip()]
+        if not lines:
+            continue
+        header = lines[0].split("|")
+        needed = ("job_completion_time", "display_name", "perf_var", "perf_value")
+        missing = [h for h in needed if h not in header]
+        if missing:
+            raise KitError(f"--perflog {path}: header has no '{missing[0]}' field "
+                           "(expected the site profile's filelog format)")
+        system_partition = "/".join(path.parent.parts[-2:])
+        for n, line in enumerate(lines[1:], start=2):
+            if line == lines[0]:
+                continue  # a header repeated after a format change
+            parts = line.split("|")
+            if len(parts) != len(header):
+                raise KitError(f"--perflog {path}: line {n} has {len(parts)} fields, the header {len(header)}")
+            rec = dict(zip(header, parts))
+            if rec["perf_var"] in ("null", ""):
+                continue  # tests without performance variables (e.g. the dataset fixtures)
+            try:
+                value = float(rec["perf_value"])
+                when = datetime.fromisoformat(rec["job_completion_time"])
+            except ValueError:
+                raise KitError(f"--perflog {path}: line {n}: bad value or time "
+                               f"({rec['perf_value']!r}, {rec['job_completion_time']!r})") from None
+            rows.append({"file": str(path), "system": system_partition, "time": when,
+                         "check": rec["display_name"], "var": rec["perf_var"], "value": value,
+                         "unit": rec.get("perf_unit", ""), "ref": rec.get("perf_ref", ""),
+                         "result": rec.get("perf_result", rec.get("result", ""))})
+    rows.sort(key=lambda r: (r["time"], r["check"], r["var"]))
+    return rows
+
+
+# ---- plots -----------------------------------------------------------------------------
+
+def _save(fig, path: Path) -> None:
+    from hpckit.common.fileio import atomic_path
+    with atomic_path(path) as tmp:
+        fig.savefig(tmp, format="png", dpi=90)
+
+def _plot_tts(plt, facts: list[RunFacts], out: Path) -> None:
+    groups = [("site", [f for f in facts if f.origin == "site"]),
+              ("published", [f for f in facts if f.origin == "published"])]
+    groups = [(g, fs) for g, fs in groups if fs]
+    heights = [max(1.5, 0.32 * len(fs) + 1.0) for _, fs in groups]
+    fig, axes = plt.subplots(len(groups), 1, figsize=(10, sum(heights) + 0.6),
+                             gridspec_kw={"height_ratios": heights}, squeeze=False)
+    colors = {"staging": "#d95f02", "training": "#1b9e77", "evaluation": "#7570b3"}
+    for ax, (origin, fs) in zip(axes[:, 0], groups):
+        labels = [_short(f) for f in fs]
+        y = range(len(fs))
+        left = [0.0] * len(fs)
+        for part, attr in (("staging", "staging_s"), ("training", "train_s"), ("evaluation", "eval_s")):
+            vals = [(getattr(f, attr) or 0.0) / 60.0 for f in fs]
+            ax.barh(list(y), vals, left=left, color=colors[part], label=part)
+            left = [a + b for a, b in zip(left, vals)]
+        ax.set_yticks(list(y), labels, fontsize=7)
+        ax.invert_yaxis()
+        ax.set_xlabel("time to train (min): staging + training + evaluation")
+        ax.set_title(f"{origin} runs", fontsize=10)
+        ax.legend(loc="lower right", fontsize=7)
+    fig.tight_layout()
+    _save(fig, out / "tts.png")
+    plt.close(fig)
+
+
+def _short(f: RunFacts) -> str:
+    """A compact run label: org/benchmark and the run's own name (file stem or folder)."""
+    p = Path(f.name)
+    run = p.parent.name if p.name == "mlperf.log" else p.stem.split("__")[-1]
+    label = f"{f.log.org or '?'}/{f.log.benchmark or '?'} {run}"
+    return label if len(label) <= 40 else label[:37] + "..."
+
+
+def _plot_scaling(plt, facts: list[RunFacts], out: Path) -> None:
+    fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
+    panels = [(axes[0][0], "compute_units", "epoch_throughput", "compute units", "epoch throughput (samples/s)"),
+              (axes[0][1], "global_batch_size", "epoch_throughput", "global batch size", "epoch throughput (samples/s)"),
+              (axes[1][0], "compute_units", "epochs", "compute units", "epochs to converge"),
+              (axes[1][1], "global_batch_size", "epochs", "global batch size", "epochs to converge")]
+    markers = {"cosmoflow": "o", "deepcam": "s"}
+    for ax, xa, ya, xl, yl in panels:
+        for origin, color in (("site", "#e7298a"), ("published", "#386cb0")):
+            for bench in sorted({(f.log.benchmark or "?") for f in facts}):
+                pts = [(getattr(f, xa), f.log.epochs if ya == "epochs" else getattr(f, ya))
+                       for f in facts if f.origin == origin and (f.log.benchmark or "?") == bench]
+                pts = [(x, y) for x, y in pts if x and y]
+                if pts:
+                    ax.scatter([p[0] for p in pts], [p[1] for p in pts], c=color, alpha=0.75,
+                               marker=markers.get(bench, "^"), label=f"{origin} {bench}")
+        ax.set_xscale("log")
+        if ya == "epoch_throughput":
+            ax.set_yscale("log")
+        ax.set_xlabel(xl)
+        ax.set_ylabel(yl)
+        ax.grid(alpha=0.3)
+        if ax.get_legend_handles_labels()[0]:
+            ax.legend(fontsize=7)
+    fig.tight_layout()
+    _save(fig, out / "scaling.png")
+    plt.close(fig)
+
+
+def _plot_history(plt, rows: list[dict], out: Path) -> None:
+    import matplotlib.dates as mdates
+    variables = sorted({(r["var"], r["unit"]) for r in rows})
+    if not variables:
+        fig, ax = plt.subplots(figsize=(8, 2))
+        ax.text(0.5, 0.5, "no ReFrame performance logs given (--perflog)", ha="center", va="center")
+        ax.axis("off")
+    else:
+        ncols = 2 if len(variables) > 1 else 1
+        nrows = math.ceil(len(variables) / ncols)
+        fig, axes = plt.subplots(nrows, ncols, figsize=(10, 2.8 * nrows), squeeze=False)
+        for ax, (var, unit) in zip(axes.flat, variables):
+            several = len({r["system"] for r in rows}) > 1
+            for system, check in sorted({(r["system"], r["check"]) for r in rows if r["var"] == var}):
+                pts = [(r["time"], r["value"]) for r in rows
+                       if r["var"] == var and r["check"] == check and r["system"] == system]
+                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
+                        label=f"{system} {check}" if several else check)
+            times = sorted({r["time"] for r in rows if r["var"] == var})
+            if times[0] == times[-1]:  # one campaign: an hour around it, not years
+                ax.set_xlim(times[0] - timedelta(minutes=30), times[0] + timedelta(minutes=30))
+            ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
+            ax.set_title(f"{var} ({unit})", fontsize=9)
+            ax.tick_params(axis="x", labelsize=7, rotation=20)
+            ax.legend(fontsize=6)
+            ax.grid(alpha=0.3)
+        for ax in list(axes.flat)[len(variables):]:
+            ax.axis("off")
+    fig.tight_layout()
+    _save(fig, out / "history.png")
+    plt.close(fig)
+
+
+# ---- HTML ------------------------------------------------------------------------------
+
+def _cell(value, fmt: str = "{:.2f}", cls: str = "") -> str:
+    c = f' class="{cls}"' if cls else ""
+    if value is None:
+        return f"<td{c}>&ndash;</td>"
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return f'<td{c} data-value="{value!r}">{html.escape(fmt.format(value))}</td>'
+    return f"<td{c}>{html.escape(str(value))}</td>"
+
+
+def _table(tid: str, headers: list[str], rows: list[str]) -> str:
+    head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
+    return (f'<table id="{tid}"><thead><tr>{head}</tr></thead><tbody>\n'
+            + "\n".join(rows) + "\n</tbody></table>")
+
+
+def _score_rows(sets: list[dict], origin: str) -> list[str]:
+    rows = []
+    for s in sets:
+        sc = s["score"]
+        value = sc.get("score_min") if sc["kind"] == "strong" else sc.get("time_to_train_all_min")
+        label = _set_label(s, origin)
+        rows.append(
+            f'<tr class="set {origin}" data-benchmark="{html.escape(str(s["benchmark"]))}">'
+            + _cell(origin) + _cell(s["benchmark"]) + _cell(s["org"]) + _cell(s["platform"])
+            + _cell(s["nodes"] if not isinstance(s["nodes"], list) else str(s["nodes"]), "{:d}")
+            + _cell(len(s["runs"]), "{:d}") + _cell(sc["kind"])
+            + _cell(value, "{:.2f}", "score") + _cell("yes" if sc["valid"] else f"no: {sc['reason']}", cls="valid")
+            + f'<td class="label">{html.escape(label)}</td></tr>')
+    return rows
+
+
+def _run_rows(facts: list[RunFacts]) -> list[str]:
+    rows = []
+    for f in facts:
+        r = f.log
+        rows.append(
+            f'<tr class="run {f.origin}">' + _cell(f.origin) + f'<td class="name" title="{html.escape(f.name)}">'
+            f"{html.escape(_short(f))}</td>" + _cell(r.benchmark) + _cell(r.number_of_nodes, "{:d}")
+            + _cell(f.compute_units, "{:d}", "units") + _cell(f.global_batch_size, "{:d}", "batch")
+            + _cell(r.epochs, "{:d}", "epochs") + _cell(r.time_to_train_min, "{:.2f}", "ttt")
+            + _cell(f.staging_s, "{:.1f}", "staging") + _cell(f.train_s, "{:.1f}", "training")
+            + _cell(f.eval_s, "{:.1f}", "evaluation") + _cell(f.epoch_s, "{:.2f}", "epoch")
+            + _cell(f.epoch_throughput, "{:.1f}", "throughput")
+            + _cell(f.staging_epoch_ratio, "{:.3f}", "ratio") + _cell(f.unit_hours, "{:.3f}", "unit-hours")
+            + _cell("yes" if r.converged else "no", cls="converged") + "</tr>")
+    return rows
+
+
+def _budget_rows(sets: list[dict], facts: dict, origin: str) -> list[str]:
+    rows = []
+    for s in sets:
+        fs = [facts[r.path] for _, r in s["runs"] if r.path in facts]
+        units = sorted({f.compute_units for f in fs if f.compute_units})
+        unit = units[0] if len(units) == 1 else None
+        sc = s["score"]
+        score = sc.get("score_min") if sc["kind"] == "strong" else sc.get("time_to_train_all_min")
+        per_result = score / 60.0 * unit if (score is not None and unit) else None
+        spent = sum(f.unit_hours for f in fs if f.unit_hours is not None) if fs else None
+        rows.append(f'<tr class="budget {origin}">' + _cell(_set_label(s, origin)) + _cell(unit, "{:d}", "units")
+                    + _cell(score, "{:.2f}", "score") + _cell(per_result, "{:.3f}", "unit-hours-score")
+                    + _cell(len(fs), "{:d}") + _cell(spent, "{:.3f}", "unit-hours-all") + "</tr>")
+    return rows
+
+
+def _perflog_rows(rows: list[dict]) -> list[str]:
+    latest: dict[tuple, dict] = {}
+    counts: dict[tuple, int] = {}
+    for r in rows:
+        k = (r["system"], r["check"], r["var"])
+        latest[k] = r
+        counts[k] = counts.get(k, 0) + 1
+    out = []
+    for k, r in sorted(latest.items()):
+        out.append('<tr class="perf">' + _cell(r["system"]) + _cell(r["check"]) + _cell(r["var"])
+                   + _cell(counts[k], "{:d}", "count") + _cell(r["value"], "{:.4g}", "value")
+                   + _cell(r["unit"]) + _cell(r["ref"]) + _cell(r["result"], cls="result")
+                   + _cell(r["time"].isoformat(timespec="seconds")) + "</tr>")
+    return out
+
+
+CSS = """body{font-family:sans-serif;margin:1.5em;max-width:1200px;color:#222}
+table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:12px}
+th,td{border:1px solid #bbb;padding:2px 4px;text-align:right}
+th{background:#eee}td.name,td.label,td:first-child{text-align:left}
+img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}
+p.note{font-size:13px;color:#555}"""
+
+
+def _targets_text() -> str:
+    from hpckit.results.logs import TARGETS
+    return ", ".join(f"{b} {m} {op} {t}" for b, (m, op, t) in TARGETS.items())
+
+
+def render_html(title, site_sets, pub_sets, facts, perf_rows, inputs) -> str:
+    facts_list = list(facts.values())
+    now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    parts = [
+        "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
+        f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
+        f"<h1>{html.escape(title)}</h1>",
+        f'<p class="note">Generated {now} by hpckit report from {len(facts_list)} result logs '
+        f"({sum(f.origin == 'site' for f in facts_list)} site, "
+        f"{sum(f.origin == 'published' for f in facts_list)} published) and "
+        f"{len(perf_rows)} ReFrame performance records. Scores as <code>hpckit score</code>: "
+        "strong scaling drops the fastest and the slowest run and averages the rest; a run "
+        "converged when run_stop says success and the official quality target was reached "
+        f"before it ({html.escape(_targets_text())}).</p>",
+        "<h2>Scores</h2>",
+        _table("scores", ["origin", "benchmark", "org", "platform", "nodes", "runs", "scaling",
+                          "score (min)", "valid", "set"],
+               _score_rows(site_sets, "site") + _score_rows(pub_sets, "published")),
+        "<h2>Time to solution</h2>",
+        '<p class="note">Each run\'s time to train (run_start to run_stop) split into staging '
+        "(staging_start..staging_stop inside the clock), evaluation (eval_start..eval_stop) and "
+        "the rest, training.</p>",
+        '<img id="plot-tts" src="tts.png" alt="time to train per run, split into staging, training and evaluation">',
+        _table("runs", ["origin", "run", "benchmark", "nodes", "compute units", "global batch",
+                        "epochs", "time to train (min)", "staging (s)", "training (s)",
+                        "evaluation (s)", "epoch (s)", "epoch throughput (samples/s)",
+                        "staging / epoch", "unit-hours", "converged"], _run_rows(facts_list)),
+        "<h2>Throughput and convergence against scale</h2>",
+        '<p class="note">Epoch throughput = train_samples / mean epoch time without evaluation. '
+        "Compute units = nodes x accelerators per node (CPU runs: ranks).</p>",
+        '<img id="plot-scaling" src="scaling.png" alt="epoch throughput and epochs to converge against batch size and compute units">',
+        "<h2>Compute budget</h2>",
+        '<p class="note">unit-hours = time to train x compute units; per result from the score, '
+        "and spent by all runs of the set.</p>",
+        _table("budget", ["set", "compute units", "score (min)", "unit-hours per result",
+                          "runs", "unit-hours, all runs"],
+               _budget_rows(site_sets, facts, "site") + _budget_rows(pub_sets, facts, "published")),
+        "<h2>History (ReFrame performance logs)</h2>",
+        '<img id="plot-history" src="history.png" alt="ReFrame performance variables over time">',
+        _table("perflog", ["system/partition", "check", "variable", "records", "latest value",
+                           "unit", "reference", "result", "latest time"], _perflog_rows(perf_rows)),
+        "<h2>Inputs</h2><ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in inputs) + "</ul>",
+        "</body></html>",
+    ]
+    return "\n".join(parts) + "\n"
+
+
+def main(args) -> int:
+    from hpckit.common.fileio import atomic_write_json, atomic_write_text, ensure_writable_dir
+
+    out = ensure_writable_dir(args.out, "--out")
+    seen: set = set()
+    site_sets, site_facts = gather(args.runs, "site", seen)
+    if not site_sets:
+        raise KitError("no site runs left to report (every RUN repeats a --published log?)")
+    pub_sets, pub_facts = gather(args.published, "published", seen)
+    perf_rows = read_perflogs(args.perflog)
+    facts = {**site_facts, **pub_facts}
+
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    _plot_tts(plt, list(facts.values()), out)
+    _plot_scaling(plt, list(facts.values()), out)
+    _plot_history(plt, perf_rows, out)
+
+    inputs = [f"site: {a}" for a in args.runs] + [f"published: {a}" for a in args.published] \
+        + [f"perflog: {a}" for a in args.perflog]
+    atomic_write_text(out / "index.html", render_html(args.title, site_sets, pub_sets, facts, perf_rows, inputs))
+    from hpckit.results.score import to_json
+    atomic_write_json(out / "scores.json", {"site": to_json(site_sets), "published": to_json(pub_sets)})
+    for s in site_sets + pub_sets:
+        sc = s["score"]
+        v = sc.get("score_min") if sc["kind"] == "strong" else sc.get("time_to_train_all_min")
+        shown = f"{v:.2f} min" if v is not None else f"invalid ({sc['reason']})"
+        print(f"{s['benchmark']} | {s['org']} | {s['platform']} | {len(s['runs'])} runs | score {shown}")
+    print(f"report -> {out / 'index.html'}")
+    return 0

@@ -1,0 +1,50 @@
+"""Real DeepCAM mini runs made with the kit's CLI, shared by test_package and test_report.
+
+`deepcam_mini_runs(base, n)` trains (once per pytest session, under the session's base
+temporary directory) the mini DeepCAM dataset and runs with seeds 1..n, each logged with
+submission_org `hpckit` and submission_platform `local_cpu` (the local profile's system).
+Runs already made by an earlier test are reused; nothing is faked. HPCKIT_TEST_RUNS_CACHE
+names a directory to keep them in across sessions instead (a developer's shortcut).
+
+The kit's mini runs stop at the mini target (IoU 0.80, run_stop status success); `hpckit
+score` judges the kit's runs by the target their hpckit_config logged, published ones by
+the official target. `mini_score` is that score.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from conftest import run_hpckit
+
+ORG = "hpckit"
+PLATFORM = "local_cpu"
+DATA_SEED = 7
+
+
+def deepcam_mini_runs(base: Path, n: int) -> list[Path]:
+    root = Path(os.environ.get("HPCKIT_TEST_RUNS_CACHE") or base) / "deepcam-mini-runs"
+    data = root / "data"
+    if not (data / "stats.h5").is_file():
+        run_hpckit("datagen", "deepcam", "--config", "mini", "--out", data, "--seed", DATA_SEED, check=True)
+    runs = []
+    for seed in range(1, n + 1):
+        out = root / f"run_seed{seed}"
+        summary = out / "summary.json"
+        if not summary.is_file():
+            run_hpckit("train", "deepcam", "--data", data, "--config", "mini", "--output-dir", out,
+                       "--seed", seed, "--set", f"mlperf.org={ORG}", "--set", f"mlperf.platform={PLATFORM}",
+                       timeout=1200, check=True)
+        assert json.loads(summary.read_text())["status"] in ("success", "aborted")
+        runs.append(out)
+    return runs
+
+
+def mini_score(runs: list[Path]) -> dict:
+    """score.strong_score of the runs, as `hpckit score` computes it (the kit's runs are
+    judged against the target of the config they logged in hpckit_config)."""
+    from hpckit.results.logs import parse_log
+    from hpckit.results.score import strong_score
+    return strong_score([parse_log(r / "mlperf.log") for r in runs])

@@ -1,0 +1,265 @@
+"""`hpckit report`: index.html + PNGs, numbers equal to `hpckit score`, rendered by Chromium.
+
+Inputs are real: the published v1.0 NVIDIA CosmoFlow set (25.78 min) and other published
+logs, DeepCAM mini runs trained by the kit (tests/mini_runs.py), and ReFrame performance
+logs: one written by an actual `reframe -r` of the DeepCAM check (slow test) and, for the
+quick tests, lines ReFrame 4.10 wrote with the local profile's filelog format (copied
+verbatim from such a run).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from html.parser import HTMLParser
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_hpckit
+from mini_runs import deepcam_mini_runs
+
+REAL = REPO.parent / "shared" / "real_logs"
+SET = REAL / "sets" / "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet__cosmoflow"
+CHROMIUM = Path("/usr/bin/chromium")
+needs_real = pytest.mark.skipif(not SET.is_dir(), reason=f"real MLPerf logs not present under {REAL}")
+
+# Written by ReFrame 4.10.4 with site_profiles/local/settings.py (perflogs/local/default/*.log).
+PERFLOG = """\
+job_completion_time|result|display_name|environ|config|seed|perf_var|perf_value|perf_unit|perf_ref|perf_lower_thres|perf_upper_thres|perf_result|job_nodelist
+2026-11-21T11:46:33|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|time_to_train|0.7518237749735515|min|0|null|null|pass|vm
+2026-11-21T11:46:33|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|staging_time|0.4275492140004644|s|0|null|null|pass|vm
+2026-11-21T11:46:33|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|train_throughput|43.77436210183421|samples/s|0|null|null|pass|vm
+2026-11-21T11:46:33|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|eval_throughput|120.02827891972159|samples/s|0|null|null|pass|vm
+2026-11-21T11:46:33|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|epochs|7|epochs|0|null|null|pass|vm
+2026-11-21T12:39:05|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|time_to_train|0.5826|min|0|null|null|pass|vm
+2026-11-21T12:39:05|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|staging_time|0.7104|s|0|null|null|pass|vm
+2026-11-21T12:39:05|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|train_throughput|56.91|samples/s|0|null|null|pass|vm
+2026-11-21T12:39:05|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|eval_throughput|185.3|samples/s|0|null|null|pass|vm
+2026-11-21T12:39:05|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|epochs|7|epochs|0|null|null|pass|vm
+"""
+DATA_FIXTURE_LINE = ("2026-11-21T11:45:37|pass|DeepCAMData ~local|hpckit-venv|mini|0|null|null|null|"
+                     "null|null|null|null|vm\n")
+
+
+class Tables(HTMLParser):
+    """Rows of every <table id=...>: a list of cells {text, class, value} per row."""
+
+    def __init__(self):
+        super().__init__()
+        self.tables: dict[str, list[list[dict]]] = {}
+        self.imgs: list[str] = []
+        self._table = self._row = self._cell = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "table":
+            self._table = self.tables.setdefault(a.get("id"), [])
+        elif tag == "tr" and self._table is not None:
+            self._row = {"class": a.get("class", ""), "cells": []}
+        elif tag == "td" and self._row is not None:
+            self._cell = {"text": "", "class": a.get("class", ""), "value": a.get("data-value")}
+        elif tag == "img":
+            self.imgs.append(a["src"])
+
+    def handle_data(self, data):
+        if self._cell is not None:
+            self._cell["text"] += data
+
+    def handle_endtag(self, tag):
+        if tag == "td" and self._cell is not None:
+            self._row["cells"].append(self._cell)
+            self._cell = None
+        elif tag == "tr" and self._row is not None:
+            if self._row["cells"]:
+                self._table.append(self._row)
+            self._row = None
+        elif tag == "table":
+            self._table = None
+
+
+def parse_report(out: Path) -> Tables:
+    t = Tables()
+    t.feed((out / "index.html").read_text())
+    return t
+
+
+def cell(row, cls):
+    return next(c for c in row["cells"] if cls in c["class"].split())
+
+
+def kit_scores(tmp_path, *paths) -> list[dict]:
+    js = tmp_path / f"score-{len(list(tmp_path.glob('score-*')))}.json"
+    proc = run_hpckit("score", *paths, "--json", js)
+    assert proc.returncode in (0, 1), proc.stderr
+    return json.loads(js.read_text())["sets"]
+
+
+def check_images(out: Path, t: Tables):
+    import matplotlib.image as mpimg
+    assert sorted(t.imgs) == ["history.png", "scaling.png", "tts.png"]
+    for src in t.imgs:
+        assert not Path(src).is_absolute() and (out / src).is_file()
+        img = mpimg.imread(out / src)
+        assert img.shape[0] > 100 and img.shape[1] > 300 and img[..., :3].std() > 0.05, src
+
+
+def screenshot(out: Path, tmp_path: Path) -> Path:
+    """Render index.html in headless Chromium; return the screenshot (also check the DOM)."""
+    if not CHROMIUM.exists():
+        pytest.skip("chromium is not installed (/usr/bin/chromium; apt-get install chromium)")
+    shot = tmp_path / "report.png"
+    base = [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'chrome-profile'}"]
+    url = (out / "index.html").resolve().as_uri()
+    env = {**os.environ, "HOME": str(tmp_path)}
+    proc = subprocess.run([*base, f"--screenshot={shot}", "--window-size=1280,2000", url],
+                          capture_output=True, text=True, timeout=180, env=env)
+    assert shot.is_file() and shot.stat().st_size > 50_000, proc.stderr[-2000:]
+    import matplotlib.image as mpimg
+    img = mpimg.imread(shot)
+    assert img.shape[:2] == (2000, 1280) and img[..., :3].std() > 0.1
+    # The DOM after loading: each <img> decoded (complete with a natural width), by a script
+    # that writes its verdict into the page title.
+    probe = tmp_path / "probe.html"
+    probe.write_text(
+        "<html><head><title>pending</title></head><body>"
+        f'<iframe id="f" src="{url}" width="1200" height="800"></iframe><script>'
+        "document.getElementById('f').onload = () => {"
+        " const imgs = [...document.getElementById('f').contentDocument.images];"
+        " document.title = 'IMAGES ' + imgs.map(i => i.getAttribute('src') + ':' + (i.complete ? i.naturalWidth : 0)).join(',');"
+        "};</script></body></html>")
+    # the probe lives beside index.html so that the iframe is same-origin (file://)
+    target = out / "probe.html"
+    shutil.copy(probe, target)
+    dom = subprocess.run([*base, "--allow-file-access-from-files", "--virtual-time-budget=5000",
+                          "--dump-dom", target.as_uri()], capture_output=True, text=True, timeout=180, env=env)
+    target.unlink()
+    title = dom.stdout.split("<title>", 1)[1].split("</title>", 1)[0] if "<title>" in dom.stdout else ""
+    assert title.startswith("IMAGES "), (title, dom.stderr[-2000:])
+    widths = dict(item.rsplit(":", 1) for item in title[len("IMAGES "):].split(","))
+    assert set(widths) == {"tts.png", "scaling.png", "history.png"} and all(int(w) > 300 for w in widths.values()), widths
+    return shot
+
+
+# ---- quick: published logs as the site's runs, a ReFrame perflog as ReFrame writes it ------
+
+@needs_real
+def test_report_of_published_set(tmp_path):
+    perf = tmp_path / "perflogs" / "local" / "default"
+    perf.mkdir(parents=True)
+    (perf / "DeepCAMCheck.log").write_text(PERFLOG)
+    (perf / "DeepCAMData.log").write_text(PERFLOG.splitlines(keepends=True)[0] + DATA_FIXTURE_LINE)
+    out = tmp_path / "report"
+    proc = run_hpckit("report", SET, "--published", REAL, "--perflog", tmp_path / "perflogs", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    assert "cosmoflow | NVIDIA | 16xNVIDIA DGX A100 | 10 runs | score 25.78 min" in proc.stdout
+    t = parse_report(out)
+
+    # Scores: the site set (the published ten) equals hpckit score exactly; the copy of
+    # result_1 among the loose published logs is not counted twice.
+    kit = kit_scores(tmp_path, SET)[0]["score"]["score_min"]
+    site = [r for r in t.tables["scores"] if "site" in r["class"].split()]
+    assert len(site) == 1
+    assert float(cell(site[0], "score")["value"]) == kit and cell(site[0], "score")["text"] == "25.78"
+    pub = [r for r in t.tables["scores"] if "published" in r["class"].split()]
+    assert {c["text"] for r in pub for c in r["cells"][1:3]} >= {"cosmoflow", "deepcam", "LBNL", "HelmholtzAI"}
+
+    runs = [r for r in t.tables["runs"] if "site" in r["class"].split()]
+    assert len(runs) == 10
+    for r in runs:
+        ttt = float(cell(r, "ttt")["value"])
+        parts = sum(float(cell(r, k)["value"]) for k in ("staging", "training", "evaluation"))
+        assert parts / 60 == pytest.approx(ttt, rel=1e-9)
+        assert cell(r, "units")["text"] == "128" and cell(r, "batch")["text"] == "128"
+        # unit-hours = time to train x compute units
+        assert float(cell(r, "unit-hours")["value"]) == pytest.approx(ttt / 60 * 128)
+        assert float(cell(r, "ratio")["value"]) > 1  # staging takes several epochs' time on this system
+    budget = next(r for r in t.tables["budget"] if "site" in r["class"].split())
+    assert float(cell(budget, "unit-hours-score")["value"]) == pytest.approx(kit / 60 * 128)
+
+    perf_rows = t.tables["perflog"]
+    assert len(perf_rows) == 5  # five variables of one check; the fixture's null line is skipped
+    ttt_row = next(r for r in perf_rows if r["cells"][2]["text"] == "time_to_train")
+    assert cell(ttt_row, "count")["text"] == "2" and float(cell(ttt_row, "value")["value"]) == 0.5826
+    check_images(out, t)
+    screenshot(out, tmp_path)
+
+
+# ---- slow: real mini runs, a real ReFrame run ----------------------------------------------
+
+def reframe_perflog(tmp_path: Path) -> Path:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RFM_")}
+    env.update(HOME=str(tmp_path / "home"), RFM_PREFIX=str(tmp_path / "rfm"),
+               RFM_REPORT_FILE=str(tmp_path / "rfm-report.json"), RFM_COLORIZE="n", TMPDIR=str(tmp_path))
+    (tmp_path / "home").mkdir(exist_ok=True)
+    proc = subprocess.run([str(Path(sys.executable).parent / "reframe"), "-C", "site_profiles/local/settings.py",
+                           "-c", "reframe_checks/deepcam.py", "-r"], cwd=REPO, env=env, capture_output=True,
+                          text=True, timeout=1800)
+    assert proc.returncode == 0, proc.stdout[-3000:]
+    perflogs = tmp_path / "rfm" / "perflogs"
+    assert (perflogs / "local" / "default" / "DeepCAMCheck.log").is_file()
+    return perflogs
+
+
+@pytest.mark.slow
+@needs_real
+def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_path):
+    runs = deepcam_mini_runs(tmp_path_factory.getbasetemp(), 2)
+    perflogs = reframe_perflog(tmp_path)
+    out = tmp_path / "report"
+    proc = run_hpckit("report", *runs, "--published", SET, REAL, "--perflog", perflogs, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    t = parse_report(out)
+
+    # The site's set as `hpckit score` scores it (the kit's runs judged by the target of
+    # the config they logged: 0.80 IoU for mini).
+    kit_site = kit_scores(tmp_path, *[r / "mlperf.log" for r in runs])[0]["score"]
+    site = [r for r in t.tables["scores"] if "site" in r["class"].split()]
+    assert len(site) == 1
+    shown = cell(site[0], "score")["value"]
+    assert (float(shown) if shown is not None else None) == kit_site["score_min"]
+    assert cell(site[0], "valid")["text"].startswith("yes" if kit_site["valid"] else "no")
+    kit_pub = kit_scores(tmp_path, SET)[0]["score"]["score_min"]
+    nv = next(r for r in t.tables["scores"] if r["cells"][2]["text"] == "NVIDIA")
+    assert float(cell(nv, "score")["value"]) == kit_pub and cell(nv, "score")["text"] == "25.78"
+
+    # per-run numbers against each run's own summary.json
+    rows = [r for r in t.tables["runs"] if "site" in r["class"].split()]
+    assert len(rows) == 2
+    for run, row in zip(sorted(runs), sorted(rows, key=lambda r: r["cells"][1]["text"])):
+        summary = json.loads((run / "summary.json").read_text())
+        assert float(cell(row, "ttt")["value"]) * 60 == pytest.approx(summary["time_to_train_s"], abs=0.01)
+        assert int(cell(row, "epochs")["text"]) == summary["epochs"]
+        assert cell(row, "converged")["text"] == ("yes" if summary["converged"] else "no")
+        assert cell(row, "units")["text"] == "1" and cell(row, "batch")["text"] == "8"
+        assert float(cell(row, "throughput")["value"]) == pytest.approx(summary["train_samples_per_s"], rel=0.05)
+
+    perf = {r["cells"][2]["text"] for r in t.tables["perflog"]}
+    assert perf == {"time_to_train", "staging_time", "train_throughput", "eval_throughput", "epochs"}
+    check_images(out, t)
+    shot = screenshot(out, tmp_path)
+    shutil.copy(shot, tmp_path_factory.getbasetemp() / "report-screenshot.png")
+
+
+# ---- bad input ------------------------------------------------------------------------------
+
+def test_bad_inputs_one_line(tmp_path):
+    from test_score import write_log
+    log = write_log(tmp_path / "r.log")
+    bad_perf = tmp_path / "bad.log"
+    bad_perf.write_text("time|value\n1|2\n")
+    for args, needle in (((tmp_path / "nope", "--out", tmp_path / "o"), "nope"),
+                         ((log, "--perflog", bad_perf, "--out", tmp_path / "o"), str(bad_perf)),
+                         ((log, "--published", tmp_path / "missing", "--out", tmp_path / "o"), "missing")):
+        proc = run_hpckit("report", *args)
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
+    truncated = tmp_path / "t.log"
+    truncated.write_text(PERFLOG + "2026-11-21T12:39:05|pass|DeepCAMCheck\n")
+    proc = run_hpckit("report", log, "--perflog", truncated, "--out", tmp_path / "o")
+    assert proc.returncode == 2 and "line 12" in proc.stderr
