@@ -39,6 +39,7 @@ from reframe.core.builtins import (performance_function, run_after, run_before,
                                    sanity_function, variable)
 from reframe.core.exceptions import SanityError
 
+from profile_environment import ProfileEnvironment
 
 REFERENCES_FILE = 'references.yaml'
 
@@ -96,7 +97,7 @@ def site_dataset(partition, benchmark):
     return (partition.extras.get('data') or {}).get(benchmark, '')
 
 
-class MLPerfDataset(rfm.RunOnlyRegressionTest):
+class MLPerfDataset(rfm.RunOnlyRegressionTest, ProfileEnvironment):
     """Fixture: `hpckit datagen` writes a synthetic dataset into <stagedir>/data."""
 
     benchmark = variable(str)
@@ -148,7 +149,7 @@ class MLPerfDataset(rfm.RunOnlyRegressionTest):
         ])
 
 
-class MLPerfTraining(rfm.RunOnlyRegressionTest):
+class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment):
     """Train one benchmark to its quality target, check the log's compliance, time it.
 
     A subclass sets `benchmark`, a `framework` parameter and a `dataset` fixture.

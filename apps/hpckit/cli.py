@@ -19,6 +19,7 @@ BENCHMARKS = ("cosmoflow", "deepcam")
 TOOL_COMMANDS = {
     "package": ("hpckit.results.package", "lay runs out as an MLPerf HPC submission package"),
     "report": ("hpckit.results.report", "write the time-to-solution report (index.html + PNG plots)"),
+    "containers": ("hpckit.containers.generate", "generate the Apptainer and Docker files of every target"),
 }
 RULESETS = ("hpc-1.0.0", "hpc-2.0.0", "hpc-3.0.0", "mini")
 

@@ -1,0 +1,1 @@
+"""Container recipes (Apptainer definition files and Dockerfiles) generated from one source."""
