@@ -30,8 +30,11 @@ Containers: Fugaku provides Singularity/Apptainer; there is no Sarus, hence no `
 """
 
 import os
+import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.dirname(_here))   # site_profiles/rfm_logging.py, shared
+from rfm_logging import LOGGING  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(_here))
 
 # ReFrame 4.10.4 rejects general/reference_prefix (see site_profiles/local/settings.py):
@@ -96,34 +99,5 @@ site_configuration = {
             'extras': {'container_platform': 'Apptainer', 'container_image': IMAGE},
         },
     ],
-    'logging': [
-        {
-            'handlers$': [
-                {'type': 'stream', 'name': 'stdout', 'level': 'info',
-                 'format': '%(message)s'},
-            ],
-            'handlers': [
-                {'type': 'file', 'level': 'debug2', 'append': False,
-                 'format': '[%(asctime)s] %(levelname)s: %(check_info)s: %(message)s'},
-            ],
-            # as site_profiles/local: one file per test under
-            # <prefix>/perflogs/<system>/<partition>/, one line per performance variable
-            'perflog_multiline': True,
-            'handlers_perflog': [
-                {
-                    'type': 'filelog',
-                    'prefix': '%(check_system)s/%(check_partition)s',
-                    'level': 'info',
-                    'append': True,
-                    'format': ('%(check_job_completion_time)s|%(check_result)s|'
-                               '%(check_display_name)s|%(check_environ)s|'
-                               '%(check_config)s|%(check_seed)s|%(check_perf_var)s|'
-                               '%(check_perf_value)s|%(check_perf_unit)s|'
-                               '%(check_perf_ref)s|%(check_perf_lower_thres)s|'
-                               '%(check_perf_upper_thres)s|%(check_perf_result)s|'
-                               '%(check_job_nodelist)s'),
-                },
-            ],
-        },
-    ],
+    'logging': LOGGING,
 }
