@@ -461,8 +461,9 @@ def render_html(title, site_sets, pub_sets, facts, perf_rows, inputs) -> str:
         f"{sum(f.origin == 'published' for f in facts_list)} published) and "
         f"{len(perf_rows)} ReFrame performance records. Scores as <code>hpckit score</code>: "
         "strong scaling drops the fastest and the slowest run and averages the rest; a run "
-        "converged when run_stop says success and the official quality target was reached "
-        f"before it ({html.escape(_targets_text())}).</p>",
+        "converged when run_stop says success and the quality target was reached before it: "
+        f"the official one for published logs ({html.escape(_targets_text())}), the target of "
+        "the config a kit run logged (hpckit_config) for the kit's own runs.</p>",
         "<h2>Scores</h2>",
         _table("scores", ["origin", "benchmark", "org", "platform", "nodes", "runs", "scaling",
                           "score (min)", "valid", "set"],
