@@ -7,6 +7,8 @@ are in test_multirank.py.
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from hpckit.common import dist
@@ -103,3 +105,24 @@ def test_horovod_for_tensorflow_is_refused_in_one_line():
     """The kit's Horovod is built for PyTorch only (it does not build against TF 2.21)."""
     with pytest.raises(KitError, match=r"--dist horovod: horovod.tensorflow is not importable here"):
         dist.choose("horovod", "tensorflow", dist.Ranks(size=2, local_size=2))
+
+
+@pytest.mark.parametrize("nodes, per_node", [(1, 2), (2, 2), (3, 4), (4, 1)])
+def test_node_and_rank_shares_partition_the_files(nodes, per_node):
+    """Staging per node: node n stages every nodes-th file from n; its ranks split that
+    share. Over all ranks every file is read exactly once, and a node's ranks read only
+    what their node staged."""
+    from hpckit.common.run import node_share, rank_share
+    from hpckit.deepcam.data import DeepCamFiles
+
+    files = DeepCamFiles("train", [Path(f"/d/data-{i:04d}.h5") for i in range(103)])
+    seen = []
+    for node in range(nodes):
+        staged = node_share(files, dist.Ranks(node=node, nodes=nodes, size=nodes * per_node, local_size=per_node))
+        for local in range(per_node):
+            ranks = dist.Ranks(rank=node * per_node + local, size=nodes * per_node, local_rank=local,
+                               local_size=per_node, node=node, nodes=nodes)
+            mine = rank_share(staged, ranks).files
+            assert set(mine) <= set(staged.files)
+            seen += mine
+    assert sorted(seen) == sorted(files.files)
