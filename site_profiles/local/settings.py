@@ -13,6 +13,8 @@ Partitions:
   mpi      mpirun launcher, 2 ranks per run at local batch 4 (global batch 8, as on
            `default`); not selected by the checks by default:
            reframe ... -r --system local:mpi -S valid_systems=local:mpi
+           (as root, Open MPI also wants OMPI_ALLOW_RUN_AS_ROOT=1 and
+           OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1 exported; 5/5 PASS measured)
 """
 
 import os
