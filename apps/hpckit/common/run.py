@@ -33,6 +33,15 @@ from hpckit.common.summary import software_stack, write_summary
 STAGING_TIMEOUT_S = 3 * 3600
 
 
+def replicas_agree(comm, fingerprint: float) -> tuple[bool, float, float]:
+    """(all ranks passed the same fingerprint, their mean, their spread): a collective."""
+    size = comm.ranks.size
+    total, squares = comm.allreduce_sum([fingerprint, fingerprint * fingerprint])
+    mean = total / size
+    spread = max(0.0, squares / size - mean * mean) ** 0.5
+    return spread <= 1e-9 * max(1.0, abs(mean)), mean, spread
+
+
 def node_share(split, ranks: Ranks):
     """The files this node stages: every `nodes`-th file from the node's index."""
     return split.shard(ranks.node, ranks.nodes)
@@ -236,10 +245,7 @@ class MLPerfRun:
         across ranks and fail the run if they differ."""
         if self.ranks.size == 1:
             return
-        total, squares = self.comm.allreduce_sum([fingerprint, fingerprint * fingerprint])
-        mean = total / self.ranks.size
-        spread = max(0.0, squares / self.ranks.size - mean * mean) ** 0.5
-        self.replicas_in_sync = spread <= 1e-9 * max(1.0, abs(mean))
+        self.replicas_in_sync, mean, spread = replicas_agree(self.comm, fingerprint)
         if not self.replicas_in_sync:
             raise KitError(f"the {self.ranks.size} model replicas differ after training (weight fingerprint "
                            f"mean {mean:.9g}, spread {spread:.3g}): gradients were not averaged across ranks")
