@@ -22,8 +22,8 @@ import os
 import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(_here))   # site_profiles/rfm_logging.py, shared
-from rfm_logging import LOGGING  # noqa: E402
+sys.path.insert(0, os.path.dirname(_here))   # site_profiles/site_common.py, shared
+from site_common import LOGGING  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(_here))
 VENV_BIN = os.path.join(REPO, '.venv', 'bin')
 

@@ -28,8 +28,8 @@ import os
 import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(_here))   # site_profiles/rfm_logging.py, shared
-from rfm_logging import LOGGING  # noqa: E402
+sys.path.insert(0, os.path.dirname(_here))   # site_profiles/site_common.py, shared
+from site_common import LOGGING, hpckit_environments, run_extras  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(_here))
 
 # ReFrame 4.10.4 rejects general/reference_prefix (see site_profiles/local/settings.py):
@@ -77,31 +77,12 @@ site_configuration = {
                         {'type': 'Apptainer', 'default': True},
                         {'type': 'Shifter'},
                     ],
-                    'extras': {
-                        'data': {'cosmoflow': os.path.join(DATA, 'cosmoflow'),
-                                 'deepcam': os.path.join(DATA, 'deepcam')},
-                        'stage_dir': STAGE_DIR,
-                        # ranks of one MLPerf run: one rank per GPU; HPCKIT_NODES nodes
-                        'ranks': NODES * 8,
-                        'ranks_per_node': 8,
-                    },
+                    # ranks of one MLPerf run: one rank per GPU
+                    'extras': run_extras(DATA, STAGE_DIR, ranks_per_node=8, nodes=NODES),
                 },
             ],
         },
     ],
-    'environments': [
-        {
-            'name': 'spack',
-            'features': ['hpckit'],
-            'env_vars': [['PYTHONUNBUFFERED', '1']],
-            'extras': {'spack_env': _here},
-        },
-        {
-            'name': 'apptainer',
-            'features': ['hpckit'],
-            'env_vars': [['PYTHONUNBUFFERED', '1']],
-            'extras': {'container_platform': 'Apptainer', 'container_image': IMAGE},
-        },
-    ],
+    'environments': hpckit_environments(_here, IMAGE),
     'logging': LOGGING,
 }

@@ -1,0 +1,61 @@
+"""What every site profile's settings.py shares: the ReFrame `logging` section, and for the
+target profiles the partition extras the checks read and the spack/apptainer/sarus
+environments (their contract with reframe_checks/mlperf_base.py and profile_environment.py).
+
+Perflogs: one file per test under <prefix>/perflogs/<system>/<partition>/, one line per performance
+variable: completion time, result, test, environment, config, seed, variable, value,
+unit, reference, lower and upper thresholds, verdict, node list ('|'-separated; ReFrame
+writes the format as the file's first line, which `hpckit report` reads).
+"""
+
+PERFLOG_FORMAT = ('%(check_job_completion_time)s|%(check_result)s|'
+                  '%(check_display_name)s|%(check_environ)s|'
+                  '%(check_config)s|%(check_seed)s|%(check_perf_var)s|'
+                  '%(check_perf_value)s|%(check_perf_unit)s|'
+                  '%(check_perf_ref)s|%(check_perf_lower_thres)s|'
+                  '%(check_perf_upper_thres)s|%(check_perf_result)s|'
+                  '%(check_job_nodelist)s')
+
+import os
+
+BENCHMARKS = ('cosmoflow', 'deepcam')
+
+LOGGING = [
+    {
+        'handlers$': [
+            {'type': 'stream', 'name': 'stdout', 'level': 'info', 'format': '%(message)s'},
+        ],
+        'handlers': [
+            {'type': 'file', 'level': 'debug2', 'append': False,
+             'format': '[%(asctime)s] %(levelname)s: %(check_info)s: %(message)s'},
+        ],
+        'perflog_multiline': True,
+        'handlers_perflog': [
+            {'type': 'filelog', 'prefix': '%(check_system)s/%(check_partition)s',
+             'level': 'info', 'append': True, 'format': PERFLOG_FORMAT},
+        ],
+    },
+]
+
+
+def run_extras(data_dir, stage_dir, ranks_per_node, nodes):
+    """Partition extras: where each benchmark's dataset lives (<data_dir>/<benchmark>),
+    node-local staging, and the ranks of one MLPerf run."""
+    return {'data': {b: os.path.join(data_dir, b) for b in BENCHMARKS},
+            'stage_dir': stage_dir,
+            'ranks': nodes * ranks_per_node,
+            'ranks_per_node': ranks_per_node}
+
+
+def hpckit_environments(profile_dir, apptainer_image, sarus_image=None):
+    """`spack` (the profile's Spack environment), `apptainer` and, where the site has
+    Sarus, `sarus`: the same checks natively or in the kit's image."""
+    def env(name, extras):
+        return {'name': name, 'features': ['hpckit'],
+                'env_vars': [['PYTHONUNBUFFERED', '1']], 'extras': extras}
+
+    envs = [env('spack', {'spack_env': profile_dir}),
+            env('apptainer', {'container_platform': 'Apptainer', 'container_image': apptainer_image})]
+    if sarus_image:
+        envs.append(env('sarus', {'container_platform': 'Sarus', 'container_image': sarus_image}))
+    return envs
