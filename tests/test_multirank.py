@@ -18,16 +18,14 @@ import json
 import os
 import re
 import shutil
-import signal
 import socket
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_hpckit
+from conftest import REPO, kill_rank_mid_training, run_hpckit
 
 pytestmark = pytest.mark.slow
 
@@ -143,46 +141,11 @@ def test_two_ranks_converge_like_one(launcher, benchmark, framework, mini_data, 
     assert check.returncode == 0, check.stdout + check.stderr
 
 
-def rank_pid(out: Path, rank: int, launcher_var: str) -> int | None:
-    """PID of the hpckit process of `rank` writing into `out` (from /proc)."""
-    for proc in Path("/proc").iterdir():
-        if not proc.name.isdigit():
-            continue
-        try:
-            cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-            if b"hpckit" not in cmdline or str(out).encode() not in cmdline:
-                continue
-            env = dict(kv.split(b"=", 1) for kv in (proc / "environ").read_bytes().split(b"\0") if b"=" in kv)
-        except OSError:
-            continue
-        if env.get(launcher_var.encode()) == str(rank).encode():
-            return int(proc.name)
-    return None
-
-
 @pytest.mark.parametrize("launcher, rank_var", [("mpirun", "OMPI_COMM_WORLD_RANK"), ("torchrun", "RANK")])
 def test_killed_rank_ends_the_job_within_60s(launcher, rank_var, deepcam_data, tmp_path):
     out = tmp_path / "out"
     proc = launch(launcher, train_args("deepcam", "pytorch", deepcam_data, out, tmp_path / "stage"))
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:      # wait until training is under way
-            log = out / "mlperf.log"
-            if log.exists() and '"epoch_start"' in log.read_text():
-                break
-            if proc.poll() is not None:
-                pytest.fail(f"training ended before it could be killed: {proc.stdout.read()[-3000:]}")
-            time.sleep(0.5)
-        time.sleep(2)
-        victim = rank_pid(out, 1, rank_var)
-        assert victim is not None, "rank 1 not found"
-        os.kill(victim, signal.SIGKILL)
-        killed_at = time.monotonic()
-        output, _ = proc.communicate(timeout=120)
-        took = time.monotonic() - killed_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    took, output = kill_rank_mid_training(proc, out, rank_var)
     assert proc.returncode != 0
     assert took < 60, f"the job took {took:.0f} s to end after rank 1 died"
     events = mllog(out / "mlperf.log")             # rank 0's log is kept, and closed

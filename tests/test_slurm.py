@@ -13,15 +13,13 @@ import json
 import os
 import re
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_hpckit
+from conftest import REPO, kill_rank_mid_training, run_hpckit
 
 pytestmark = pytest.mark.slow
 CLUSTER = REPO / "tests" / "slurm" / "cluster.sh"
@@ -92,36 +90,10 @@ def test_killed_rank_under_srun(slurm, tmp_path):
                              "--config", "mini", "--output-dir", str(out), "--seed", "1", "--threads", "1",
                              "--set", "data.batch_size=4"], cwd=REPO, env=env, text=True,
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-    try:
-        deadline = time.monotonic() + 300
-        while time.monotonic() < deadline:
-            log = out / "mlperf.log"
-            if log.exists() and '"epoch_start"' in log.read_text():
-                break
-            assert proc.poll() is None, proc.stdout.read()[-3000:]
-            time.sleep(0.5)
-        time.sleep(2)
-        victim = next(int(p.name) for p in Path("/proc").iterdir() if p.name.isdigit() and _is_rank(p, out, 1))
-        os.kill(victim, signal.SIGKILL)
-        killed_at = time.monotonic()
-        output, _ = proc.communicate(timeout=120)
-        took = time.monotonic() - killed_at
-    finally:
-        if proc.poll() is None:
-            proc.kill()
+    took, output = kill_rank_mid_training(proc, out, "SLURM_PROCID")
     assert proc.returncode != 0
     assert took < 60, f"srun took {took:.0f} s to end after rank 1 died"
     last = json.loads((out / "mlperf.log").read_text().splitlines()[-1].split(":::MLLOG ", 1)[1])
     assert last["key"] == "run_stop" and last["metadata"]["status"] == "aborted", last
     assert json.loads((out / "summary.json").read_text())["status"] == "aborted"
 
-
-def _is_rank(proc: Path, out: Path, rank: int) -> bool:
-    try:
-        cmdline = (proc / "cmdline").read_bytes().split(b"\0")
-        if b"hpckit" not in cmdline or str(out).encode() not in cmdline:
-            return False
-        env = (proc / "environ").read_bytes().split(b"\0")
-    except OSError:
-        return False
-    return f"SLURM_PROCID={rank}".encode() in env and any(e.startswith(b"SLURM_STEP_NUM_TASKS=") for e in env)
