@@ -161,6 +161,7 @@ def test_missing_peer_fails_the_rendezvous_in_one_line(data_copy, tmp_path, benc
     (["--dist", "none"], "--dist none with 2 ranks (openmpi)"),
     (["--dist", "tf"], "--dist tf needs --framework tensorflow"),
     (["--framework", "tensorflow", "--dist", "horovod"], "--dist horovod: horovod.tensorflow is not importable"),
+    (["--collective-timeout", "0"], "--collective-timeout 0: must be a number of seconds > 0"),
 ])
 def test_bad_dist_choice_is_one_line(data_copy, tmp_path, args, message):
     proc = run_hpckit("train", "cosmoflow", "--data", data_copy, "--output-dir", tmp_path / "out", *args,

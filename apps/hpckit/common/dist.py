@@ -37,7 +37,6 @@ from __future__ import annotations
 import os
 import re
 import signal
-import socket
 import sys
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -175,10 +174,6 @@ def detect(env=os.environ) -> Ranks:
     return Ranks(rank, size, local_rank, local_size, node, nodes, launcher, master, _job_port(env), hosts)
 
 
-def hostname() -> str:
-    return socket.gethostname()
-
-
 # ---------------------------------------------------------------- communicators
 
 def choose(requested: str, framework: str, ranks: Ranks) -> str:
@@ -302,9 +297,6 @@ class HorovodComm(Comm):
         self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
         return model
 
-    def broadcast_optimizer(self, optimizer) -> None:
-        self.hvd.broadcast_optimizer_state(optimizer, root_rank=0)
-
     def average_gradients(self, params) -> None:
         params = [p for p in params if p.grad is not None]
         grads = [p.grad for p in params]
@@ -325,9 +317,11 @@ class TFComm(Comm):
         if ranks.nodes > 1 and len(ranks.node_hosts) < ranks.nodes:
             raise KitError(f"--dist tf on {ranks.nodes} nodes needs the host of every rank: launch with "
                            "srun (SLURM_STEP_NODELIST) or mpirun inside a Slurm allocation")
-        hosts = ranks.node_hosts if ranks.nodes > 1 else ("127.0.0.1",) * 1
-        workers = [f"{_url_host(hosts[r // ranks.local_size] if ranks.nodes > 1 else hosts[0])}:"
-                   f"{ranks.master_port + 1 + r % ranks.local_size}" for r in range(ranks.size)]
+        def host(r):   # block distribution: rank r runs on node r // ranks-per-node
+            return _url_host(ranks.node_hosts[r // ranks.local_size]) if ranks.nodes > 1 else "127.0.0.1"
+
+        # one gRPC port per rank on its node, above the torch rendezvous port
+        workers = [f"{host(r)}:{ranks.master_port + 1 + r % ranks.local_size}" for r in range(ranks.size)]
         os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
                                               "task": {"type": "worker", "index": ranks.rank}})
         import tensorflow as tf

@@ -83,6 +83,9 @@ def launch(args, framework: str) -> Launch:
     """The preamble every `hpckit train` shares: ranks from the launcher, the communicator
     (`--dist`), the device, one seed for all ranks (given, or rank 0's clock-derived one;
     always > 0 and logged), and a stage dir that cannot clobber the data."""
+    timeout_s = getattr(args, "collective_timeout", 60.0)
+    if not timeout_s > 0:
+        raise KitError(f"--collective-timeout {timeout_s:g}: must be a number of seconds > 0")
     ranks = dist.detect()
     kind = dist.choose(getattr(args, "dist", "auto"), framework, ranks)
     stage_dir = Path(args.stage_dir) if args.stage_dir else None
@@ -94,7 +97,7 @@ def launch(args, framework: str) -> Launch:
     elif getattr(args, "device", "auto") == "cuda":
         raise KitError("--device applies to PyTorch; TensorFlow places ops on the visible GPUs itself")
     dist.raise_on_sigterm()
-    comm = dist.make_comm(kind, ranks, device=device, timeout_s=getattr(args, "collective_timeout", 60.0))
+    comm = dist.make_comm(kind, ranks, device=device, timeout_s=timeout_s)
     seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
     seed = comm.broadcast_int(seed)
     return Launch(ranks, comm, device, seed, stage_dir)
