@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hpckit.common import staging
+from hpckit.common import cores, staging
 from hpckit.common.config import flatten
 from hpckit.common import dist
 from hpckit.common.dist import Ranks
@@ -73,21 +73,29 @@ class Launch:
     device: object          # torch.device for PyTorch runs, None for TensorFlow
     seed: int
     stage_dir: Path | None
+    cores: cores.CorePlan
 
     @property
     def accelerators_per_node(self) -> int:
         return self.ranks.local_size if getattr(self.device, "type", "cpu") == "cuda" else 0
 
 
-def launch(args, framework: str) -> Launch:
-    """The preamble every `hpckit train` shares: ranks from the launcher, the communicator
-    (`--dist`), the device, one seed for all ranks (given, or rank 0's clock-derived one;
-    always > 0 and logged), and a stage dir that cannot clobber the data."""
+def launch(args, framework: str, cfg: dict) -> Launch:
+    """The preamble every `hpckit train` shares: ranks from the launcher, this rank's cores
+    and threads (common/cores.py; cfg's data.loader_workers is fitted into them), the
+    communicator (`--dist`), the device, one seed for all ranks (given, or rank 0's
+    clock-derived one; always > 0 and logged), and a stage dir that cannot clobber the data."""
     timeout_s = getattr(args, "collective_timeout", 60.0)
     if not timeout_s > 0:
         raise KitError(f"--collective-timeout {timeout_s:g}: must be a number of seconds > 0")
     ranks = dist.detect()
     kind = dist.choose(getattr(args, "dist", "auto"), framework, ranks)
+    threads = getattr(args, "threads", None)
+    if threads is not None and threads < 1:
+        raise KitError(f"--threads {threads}: must be a number of threads >= 1")
+    core_plan = cores.plan(ranks.local_rank, ranks.local_size, threads, cfg["data"]["loader_workers"])
+    cfg["data"]["loader_workers"] = core_plan.loader_workers
+    cores.apply(core_plan, framework)   # before the communicator starts the runtime
     stage_dir = Path(args.stage_dir) if args.stage_dir else None
     if stage_dir is not None:
         staging.check_stage_dir(stage_dir, Path(args.data))
@@ -100,7 +108,7 @@ def launch(args, framework: str) -> Launch:
     comm = dist.make_comm(kind, ranks, device=device, timeout_s=timeout_s)
     seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
     seed = comm.broadcast_int(seed)
-    return Launch(ranks, comm, device, seed, stage_dir)
+    return Launch(ranks, comm, device, seed, stage_dir, core_plan)
 
 
 def diagnosed(batches, locate_bad_file: Callable[[], KitError | None], where: str):
@@ -131,6 +139,7 @@ class MLPerfRun:
         self.seed, self.ranks, self.comm = launched.seed, launched.ranks, launched.comm
         self.quality, self.global_batch = quality, global_batch
         self.accelerators_per_node = launched.accelerators_per_node
+        self.cores = launched.cores
         self.out_dir = ensure_writable_dir(out_dir, "--output-dir")
         self.log = MLLogger(self.out_dir / "mlperf.log" if self.ranks.rank == 0 else None, self.ranks.rank)
         self.staging_s = 0.0
@@ -186,6 +195,7 @@ class MLPerfRun:
         self.log.event("hpckit_config", {"name": self.cfg["name"], "framework": self.framework,
                                          "ranks": self.ranks.size, "ranks_per_node": self.ranks.local_size,
                                          "launcher": self.ranks.launcher, "dist": self.comm.kind,
+                                         "cores": self.cores.as_log(),
                                          **{k: v for k, v in flatten(self.cfg).items() if k != "name"}})
         for key, value in hyperparameters:
             self.log.event(key, value)
@@ -287,6 +297,7 @@ class MLPerfRun:
             "accelerators_per_node": self.accelerators_per_node,
             "launcher": self.ranks.launcher,
             "dist": self.comm.kind,
+            "cores": self.cores.as_log(),
             "seed": self.seed,
             "replicas_in_sync": self.replicas_in_sync,
             "cache_clear": self.cache_report,

@@ -94,8 +94,6 @@ class TorchBackend:
         import torch
         from hpckit.cosmoflow.model_torch import CosmoFlow
         torch.manual_seed(launched.seed)
-        if threads:
-            torch.set_num_threads(threads)
         self.torch, self.cfg, self.seed = torch, cfg, launched.seed
         self.device, self.comm = launched.device, launched.comm
         self.model = CosmoFlow(cfg).to(self.device)
@@ -232,10 +230,7 @@ def train(args) -> int:
         rank = dist.detect().rank
         divert_native_stderr(ensure_writable_dir(args.output_dir, "--output-dir")
                              / ("tensorflow-native.log" if rank == 0 else f"tensorflow-native.rank{rank}.log"))
-        if args.threads:   # before tf.distribute initialises the runtime
-            import tensorflow as tf
-            tf.config.threading.set_intra_op_parallelism_threads(args.threads)
-    launched = launch(args, args.framework)
+    launched = launch(args, args.framework, cfg)
     ranks, comm = launched.ranks, launched.comm
     global_batch = cfg["data"]["batch_size"] * ranks.size
     if cfg["data"]["n_train"] % global_batch:

@@ -75,8 +75,6 @@ def hyperparameters(cfg: dict, global_batch: int) -> list[tuple[str, object]]:
 class Trainer:
     def __init__(self, cfg: dict, launched, threads: int | None):
         torch.manual_seed(launched.seed)
-        if threads:
-            torch.set_num_threads(threads)
         self.cfg, self.device, self.comm = cfg, launched.device, launched.comm
         self.model = build_model(cfg).to(self.device)
         # DDP averages gradients in backward (skipped with no_sync between accumulation
@@ -131,7 +129,7 @@ def train(args) -> int:
         raise KitError(f"--framework {args.framework}: DeepCAM is implemented in PyTorch, as the reference")
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
-    launched = launch(args, "pytorch")
+    launched = launch(args, "pytorch", cfg)
     ranks, comm = launched.ranks, launched.comm
     if launched.seed <= 0:
         raise KitError(f"--seed {launched.seed}: the DeepCAM closed rules want a seed > 0")

@@ -1,0 +1,115 @@
+"""Ranks that share a node share its cores (hpckit/common/cores.py): the decision for the
+layouts a centre meets, and real launches (taskset, torchrun, mpirun with and without
+binding) whose ranks report the CPUs and threads they ended up with."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from conftest import REPO
+from hpckit.common import cores
+
+ALL = set(range(128))
+
+
+@pytest.mark.parametrize("local_rank,local_size,affinity,allocation,workers,expect", [
+    # one rank, whole node: every CPU, loader workers take at most half
+    (0, 1, ALL, ALL, 0, (128, "0-127", "node share", 0)),
+    (0, 1, ALL, ALL, 4, (124, "0-127", "node share", 4)),
+    # one rank, half the cores taken away (taskset): the binding is honoured
+    (0, 1, set(range(64)), ALL, 0, (64, "0-63", "launcher", 0)),
+    # 4 ranks, nobody bound them: each takes its quarter and pins itself to it
+    (0, 4, ALL, ALL, 0, (32, "0-31", "node share", 0)),
+    (3, 4, ALL, ALL, 4, (28, "96-127", "node share", 4)),
+    # 4 ranks bound by srun --cpu-bind=cores -c 32 / mpirun --map-by socket:PE=32
+    (2, 4, set(range(64, 96)), ALL, 0, (32, "64-95", "launcher", 0)),
+    # the job's cgroup holds 64 CPUs, 4 unbound ranks share them
+    (1, 4, set(range(64, 128)), set(range(64, 128)), 0, (16, "80-95", "node share", 0)),
+    # mpirun's default for 2 ranks on 2 cores: --bind-to core
+    (1, 2, {1}, {0, 1}, 0, (1, "1", "launcher", 0)),
+    # torchrun on 2 cores: one core each
+    (1, 2, {0, 1}, {0, 1}, 0, (1, "1", "node share", 0)),
+    # more ranks than CPUs: one thread each, ranks wrap around
+    (3, 4, {0, 1}, {0, 1}, 2, (1, "1", "node share", 0)),
+    # loader workers cut to half the rank's CPUs
+    (0, 2, set(range(8)), set(range(8)), 4, (2, "0-3", "node share", 2)),
+])
+def test_plan(local_rank, local_size, affinity, allocation, workers, expect):
+    p = cores.plan(local_rank, local_size, None, workers, affinity=affinity, allocation=allocation)
+    assert (p.threads, cores.cpu_list(p.cpus), p.binding, p.loader_workers) == expect
+
+
+def test_threads_option_wins():
+    p = cores.plan(1, 4, 3, 0, affinity=ALL, allocation=ALL)
+    assert (p.threads, p.binding, len(p.cpus)) == (3, "--threads", 128)
+
+
+def test_cpu_list_round_trip():
+    for cpus in ({0}, {0, 1, 2, 5}, set(range(64, 128)) | {3}):
+        assert cores.parse_cpu_list(cores.cpu_list(cpus)) == cpus
+    assert cores.cpu_list((0, 1, 2, 5, 7, 8)) == "0-2,5,7-8"
+
+
+def test_allocation_is_a_superset_of_the_affinity():
+    assert set(os.sched_getaffinity(0)) <= cores.allocation_cpus()
+
+
+# What a launched rank reports: the plan for its launcher's environment, applied.
+PROBE = """
+import json, os, sys
+import torch
+from hpckit.common import cores, dist
+r = dist.detect()
+p = cores.plan(r.local_rank, r.local_size, None, 0)
+cores.apply(p, "pytorch")
+print("PROBE " + json.dumps({"rank": r.rank, "threads": torch.get_num_threads(),
+      "affinity": sorted(os.sched_getaffinity(0)), "binding": p.binding}), flush=True)
+"""
+
+
+def probe(cmd: list[str]) -> list[dict]:
+    env = {**os.environ, "OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1",
+           "OMPI_MCA_rmaps_base_oversubscribe": "1"}
+    proc = subprocess.run([*cmd, sys.executable, "-c", PROBE], capture_output=True, text=True,
+                          timeout=120, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    lines = [json.loads(l[6:]) for l in proc.stdout.splitlines() if l.startswith("PROBE ")]
+    return sorted(lines, key=lambda d: d["rank"])
+
+
+def need_two_cpus():
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip("needs 2 CPUs")
+
+
+def test_taskset_one_cpu():
+    need_two_cpus()
+    (r,) = probe(["taskset", "-c", "1"])
+    assert (r["threads"], r["affinity"], r["binding"]) == (1, [1], "launcher")
+
+
+def test_torchrun_two_ranks_split_the_cores():
+    need_two_cpus()
+    ranks = probe([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--no-python",
+                   "--master-port", "29631"])
+    assert [r["affinity"] for r in ranks] == [[0], [1]]
+    assert [r["threads"] for r in ranks] == [1, 1]
+
+
+@pytest.mark.parametrize("bind,expect", [("core", "launcher"), ("none", "node share")])
+def test_mpirun_two_ranks_split_the_cores(bind, expect):
+    need_two_cpus()
+    if not shutil.which("mpirun"):
+        if os.environ.get("CI") == "true":
+            pytest.fail("mpirun missing under CI")
+        pytest.skip("mpirun not installed (apt-get install openmpi-bin)")
+    ranks = probe(["mpirun", "-np", "2", "--bind-to", bind])
+    assert sorted(a for r in ranks for a in r["affinity"]) == [0, 1]
+    assert [r["threads"] for r in ranks] == [1, 1]
+    assert {r["binding"] for r in ranks} == {expect}
