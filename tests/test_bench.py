@@ -42,3 +42,29 @@ def test_cosmoflow_throughput_prints_every_figure(tmp_path):
     assert len(saved["figures"]) == len(expected) == 14
     assert all(f["samples/s"] > 0 for f in saved["figures"])
     assert list(tmp_path.iterdir()) == [out_json]          # temporary datasets removed
+
+
+def test_side_by_side_prints_every_figure(tmp_path):
+    """Without --reference only the kit's cases run (the reference is the user's own clone,
+    never part of this project); every figure line is printed and saved."""
+    out_json = tmp_path / "side.json"
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "side_by_side.py"), "--size", "small", "--rounds", "1",
+         "--steps", "1", "--warmup", "0", "--json", str(out_json)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("side_by_side host=") and " flags=" in lines[0], lines[0]
+    assert re.fullmatch(rf"matmul_peak fp32_GFLOP/s={NUMBER}( bf16_GFLOP/s={NUMBER})?", lines[1]), lines[1]
+    for bench, case in (("cosmoflow", "kit/tensorflow"), ("cosmoflow", "kit/pytorch"), ("deepcam", "kit/pytorch")):
+        pattern = (rf"{bench} {case} s/step={NUMBER} samples/s={NUMBER} GFLOP/s={NUMBER} "
+                   rf"peak_fraction={NUMBER} vs_reference=n/a \(threads \d+, .*\)")
+        assert sum(bool(re.fullmatch(pattern, line)) for line in lines) == 1, (pattern, proc.stdout)
+    saved = json.loads(out_json.read_text())
+    assert len(saved["figures"]) == 3 and all(f["seconds_per_step"] > 0 for f in saved["figures"])
+    assert saved["flops"]["deepcam"] > saved["flops"]["cosmoflow"] > 0
+
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "side_by_side.py"), "--reference", str(tmp_path)],
+                         capture_output=True, text=True, timeout=60, env=env, cwd=REPO)
+    assert bad.returncode == 2 and str(tmp_path) in bad.stderr and len(bad.stderr.strip().splitlines()) == 1

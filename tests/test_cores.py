@@ -19,14 +19,14 @@ ALL = set(range(128))
 
 
 @pytest.mark.parametrize("local_rank,local_size,affinity,allocation,workers,expect", [
-    # one rank, whole node: every CPU, loader workers take at most half
+    # one rank, whole node: every CPU for the step
     (0, 1, ALL, ALL, 0, (128, "0-127", "node share", 0)),
-    (0, 1, ALL, ALL, 4, (124, "0-127", "node share", 4)),
+    (0, 1, ALL, ALL, 4, (128, "0-127", "node share", 4)),
     # one rank, half the cores taken away (taskset): the binding is honoured
     (0, 1, set(range(64)), ALL, 0, (64, "0-63", "launcher", 0)),
     # 4 ranks, nobody bound them: each takes its quarter and pins itself to it
     (0, 4, ALL, ALL, 0, (32, "0-31", "node share", 0)),
-    (3, 4, ALL, ALL, 4, (28, "96-127", "node share", 4)),
+    (3, 4, ALL, ALL, 4, (32, "96-127", "node share", 4)),
     # 4 ranks bound by srun --cpu-bind=cores -c 32 / mpirun --map-by socket:PE=32
     (2, 4, set(range(64, 96)), ALL, 0, (32, "64-95", "launcher", 0)),
     # the job's cgroup holds 64 CPUs, 4 unbound ranks share them
@@ -35,14 +35,20 @@ ALL = set(range(128))
     (1, 2, {1}, {0, 1}, 0, (1, "1", "launcher", 0)),
     # torchrun on 2 cores: one core each
     (1, 2, {0, 1}, {0, 1}, 0, (1, "1", "node share", 0)),
-    # more ranks than CPUs: one thread each, ranks wrap around
-    (3, 4, {0, 1}, {0, 1}, 2, (1, "1", "node share", 0)),
+    # more ranks than CPUs: one thread each, ranks wrap around; one worker at least
+    (3, 4, {0, 1}, {0, 1}, 2, (1, "1", "node share", 1)),
     # loader workers cut to half the rank's CPUs
-    (0, 2, set(range(8)), set(range(8)), 4, (2, "0-3", "node share", 2)),
+    (0, 2, set(range(8)), set(range(8)), 4, (4, "0-3", "node share", 2)),
 ])
 def test_plan(local_rank, local_size, affinity, allocation, workers, expect):
     p = cores.plan(local_rank, local_size, None, workers, affinity=affinity, allocation=allocation)
     assert (p.threads, cores.cpu_list(p.cpus), p.binding, p.loader_workers) == expect
+
+
+@pytest.mark.parametrize("cpus,workers,expect", [(32, 4, (28, 4)), (8, 4, (4, 4)), (2, 4, (1, 1)), (4, 0, (4, 0))])
+def test_with_an_accelerator_the_workers_keep_their_cpus(cpus, workers, expect):
+    p = cores.plan(0, 1, None, workers, accelerator=True, affinity=set(range(cpus)), allocation=set(range(cpus)))
+    assert (p.threads, p.loader_workers) == expect
 
 
 def test_threads_option_wins():

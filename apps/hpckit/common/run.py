@@ -93,9 +93,6 @@ def launch(args, framework: str, cfg: dict) -> Launch:
     threads = getattr(args, "threads", None)
     if threads is not None and threads < 1:
         raise KitError(f"--threads {threads}: must be a number of threads >= 1")
-    core_plan = cores.plan(ranks.local_rank, ranks.local_size, threads, cfg["data"]["loader_workers"])
-    cfg["data"]["loader_workers"] = core_plan.loader_workers
-    cores.apply(core_plan, framework)   # before the communicator starts the runtime
     stage_dir = Path(args.stage_dir) if args.stage_dir else None
     if stage_dir is not None:
         staging.check_stage_dir(stage_dir, Path(args.data))
@@ -104,6 +101,10 @@ def launch(args, framework: str, cfg: dict) -> Launch:
         device = dist.torch_device(getattr(args, "device", "auto"), ranks)
     elif getattr(args, "device", "auto") == "cuda":
         raise KitError("--device applies to PyTorch; TensorFlow places ops on the visible GPUs itself")
+    core_plan = cores.plan(ranks.local_rank, ranks.local_size, threads, cfg["data"]["loader_workers"],
+                           accelerator=getattr(device, "type", "cpu") != "cpu")
+    cfg["data"]["loader_workers"] = core_plan.loader_workers
+    cores.apply(core_plan, framework)   # before the communicator starts the runtime
     dist.raise_on_sigterm()
     comm = dist.make_comm(kind, ranks, device=device, timeout_s=timeout_s)
     seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)

@@ -1,0 +1,359 @@
+#!/usr/bin/env python3
+"""The kit's training step against the MLCommons reference's, side by side, in one run.
+
+    bench/side_by_side.py --reference ~/src/mlcommons-hpc [--size full|small]
+                          [--benchmarks cosmoflow,deepcam] [--rounds 3] [--steps 2] [--warmup 1]
+                          [--kit-set cosmoflow:key=value ...] [--json FILE]
+
+--reference names the user's own clone of mlcommons/hpc (nothing of it is in this
+project); without it only the kit's cases run and no ratio is printed. One training step
+is forward, loss, backward and optimizer update on random in-memory data at the
+benchmark's local batch (no data loading: bench/cosmoflow_throughput.py and the mini-run
+breakdown measure that), after --warmup untimed steps (tracing, allocator warm-up).
+
+Cases, each in a fresh process so that no framework's thread pool or allocator state
+carries over, run interleaved: round 1 of every case, then round 2, ... so a change of the
+machine's speed during the run hits every case alike. A case's figure is the median over
+rounds of its mean step time.
+
+    cosmoflow  reference/tensorflow  upstream cosmoflow/models/cosmoflow.py build_model with
+                                     the model section of upstream configs/cosmo.yaml,
+                                     compiled with loss mse and Keras SGD momentum 0.9 as
+                                     upstream train.py and utils/optimizers.py do;
+                                     step = model.train_on_batch (what model.fit runs)
+               kit/tensorflow        the kit's TensorFlowBackend.train_epoch over the batches
+               kit/pytorch           the kit's TorchBackend.train_epoch over the batches
+    deepcam    reference/pytorch     upstream architecture/deeplab_xception.py DeepLabv3_plus
+                                     (os 16, 16 channels, 3 classes), utils/losses.py CELoss
+                                     with upstream's class weights, torch.optim.AdamW (upstream's
+                                     LAMB needs NVIDIA apex, which has no CPU build; the update
+                                     is <1% of the step)
+               kit/pytorch           the kit's deepcam Trainer.train_epoch (LAMB)
+
+The kit's cases use its `reference` config (batch, model, optimizer), with --kit-set
+overrides (e.g. `cosmoflow:train.precision=bf16` once the kit has it), and run through
+hpckit.common.run.launch, so they get the kit's own thread and core plan.
+
+Printed: a header (host, CPU model and flags, usable CPUs, threads, load average,
+versions); the measured matmul peak of this machine (GFLOP/s, fp32, and bf16 where the
+CPU has bf16 instructions); FLOPs per sample of forward + backward counted with torch's
+FlopCounterMode on the kit's PyTorch models (the same math as the reference's); then one
+line per case: seconds per step, samples/s, GFLOP/s sustained, fraction of the fp32
+matmul peak, and the ratio to the reference case of the same benchmark.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "apps"))
+
+CASES = {
+    "cosmoflow": ("reference/tensorflow", "kit/tensorflow", "kit/pytorch"),
+    "deepcam": ("reference/pytorch", "kit/pytorch"),
+}
+# (sample size, local batch) per --size; full = the reference configs'
+SHAPES = {
+    "full": {"cosmoflow": (128, 4), "deepcam": ((768, 1152), 1)},
+    "small": {"cosmoflow": (32, 4), "deepcam": ((96, 144), 1)},
+}
+N_CHANNELS_COSMO, N_CHANNELS_CAM, N_CLASSES_CAM = 4, 16, 3
+
+
+# ---------------------------------------------------------------- shared helpers
+
+def cpu_flags() -> str:
+    try:
+        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
+    except (OSError, StopIteration):
+        return "unknown"
+    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma", "asimd", "sve")
+    return ",".join(f for f in wanted if f in flags) or "none"
+
+
+def cpu_model() -> str:
+    try:
+        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
+                    if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or "unknown"
+
+
+def kit_config(benchmark: str, size: str, sets: list[str]) -> dict:
+    from hpckit.common.config import load_config
+    cfg = load_config(benchmark, "reference", sets)
+    shape, batch = SHAPES[size][benchmark]
+    cfg["data"]["batch_size"] = batch
+    if benchmark == "cosmoflow":
+        cfg["data"]["sample_size"] = shape
+    else:
+        cfg["data"]["height"], cfg["data"]["width"] = shape
+    return cfg
+
+
+def kit_launch(framework: str, cfg: dict):
+    from hpckit.common.run import launch
+    args = argparse.Namespace(seed=1, stage_dir=None, data=".", dist="none", device="cpu",
+                              threads=None, collective_timeout=60.0)
+    return launch(args, framework, cfg)
+
+
+# ---------------------------------------------------------------- one case (child process)
+
+def run_case(benchmark: str, case: str, size: str, steps: int, warmup: int, reference: str | None,
+             sets: list[str]) -> dict:
+    import numpy as np
+    rng = np.random.default_rng(0)
+    shape, batch = SHAPES[size][benchmark]
+    timings: list[float] = []
+
+    def timed(step_fn):
+        for _ in range(warmup):
+            step_fn(1)
+        t0 = time.perf_counter()
+        step_fn(steps)
+        timings.append((time.perf_counter() - t0) / steps)
+
+    if benchmark == "cosmoflow":
+        x = np.log1p(rng.poisson(3.0, (batch, shape, shape, shape, N_CHANNELS_COSMO))).astype(np.float32)
+        y = rng.uniform(-1, 1, (batch, 4)).astype(np.float32)
+        if case == "reference/tensorflow":
+            model = reference_cosmoflow(reference, shape)
+            timed(lambda n: [model.train_on_batch(x, y) for _ in range(n)])
+            threads = None
+        else:
+            framework = case.split("/")[1]
+            cfg = kit_config("cosmoflow", size, sets)
+            launched = kit_launch(framework, cfg)
+            from hpckit.cosmoflow.train import BACKENDS
+            backend = BACKENDS[framework](cfg, launched, None, Path("."))
+            if framework == "pytorch":
+                import torch
+                xb, yb = torch.from_numpy(x), torch.from_numpy(y)
+            else:
+                import tensorflow as tf
+                xb, yb = tf.constant(x), tf.constant(y)
+            in_memory = argparse.Namespace(files=[Path("in-memory")])   # named only if reading fails
+            timed(lambda n: backend.train_epoch([(xb, yb)] * n, in_memory, 1e-3))
+            threads = launched.cores.threads
+    else:
+        import torch
+        h, w = shape
+        xb = torch.from_numpy(rng.standard_normal((batch, N_CHANNELS_CAM, h, w), dtype=np.float32))
+        yb = torch.from_numpy(rng.integers(0, N_CLASSES_CAM, (batch, h, w)))
+        if case == "reference/pytorch":
+            net, criterion, opt = reference_deepcam(reference)
+
+            def step(n):
+                for _ in range(n):
+                    loss = criterion(net(xb), yb)
+                    loss.backward()
+                    opt.step()
+                    opt.zero_grad()
+            timed(step)
+            threads = torch.get_num_threads()
+        else:
+            cfg = kit_config("deepcam", size, sets)
+            launched = kit_launch("pytorch", cfg)
+            from hpckit.deepcam.train import Trainer
+            trainer = Trainer(cfg, launched, None)
+            timed(lambda n: trainer.train_epoch([(xb, yb)] * n))
+            threads = launched.cores.threads
+    return {"seconds_per_step": timings[0], "batch": batch, "threads": threads}
+
+
+def reference_cosmoflow(reference: str, size: int):
+    """Upstream's Keras model and compile call, unmodified; upstream imports
+    `tensorflow.keras.layers` as modules, which under Keras 3 are attributes: alias them."""
+    import keras
+    import tensorflow as tf
+    import yaml
+    for name in ("layers", "regularizers", "models", "optimizers"):
+        sys.modules.setdefault(f"tensorflow.keras.{name}", getattr(keras, name))
+    sys.modules.setdefault("tensorflow.keras", keras)
+    sys.path.insert(0, str(Path(reference) / "cosmoflow"))
+    from models.cosmoflow import build_model
+    model_cfg = yaml.safe_load((Path(reference) / "cosmoflow" / "configs" / "cosmo.yaml").read_text())["model"]
+    model_cfg.pop("name")
+    model_cfg["input_shape"] = [size, size, size, N_CHANNELS_COSMO]
+    model = build_model(**model_cfg)
+    model.compile(optimizer=keras.optimizers.SGD(learning_rate=1e-3, momentum=0.9), loss="mse",
+                  metrics=["mean_absolute_error"])
+    return model
+
+
+def reference_deepcam(reference: str):
+    import torch
+    sys.path.insert(0, str(Path(reference) / "deepcam" / "src" / "deepCam"))
+    from architecture.deeplab_xception import DeepLabv3_plus
+    from utils.losses import CELoss
+    net = DeepLabv3_plus(n_input=N_CHANNELS_CAM, n_classes=N_CLASSES_CAM, os=16, pretrained=False, _print=False)
+    loss_pow = -0.125
+    weights = [0.986267818390377 ** loss_pow, 0.0004578708870701058 ** loss_pow, 0.01327431072255291 ** loss_pow]
+    criterion = torch.jit.script(CELoss(weights))
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+    net.train()
+    return net, criterion, opt
+
+
+# ---------------------------------------------------------------- the parent
+
+def matmul_peak(dtype_name: str, seconds: float = 1.0) -> float:
+    """GFLOP/s of a 2048^3 matmul on this machine (torch, all usable CPUs)."""
+    import torch
+    dtype = getattr(torch, dtype_name)
+    n = 2048
+    a, b = torch.randn(n, n, dtype=dtype), torch.randn(n, n, dtype=dtype)
+    a @ b
+    reps, t0 = 0, time.perf_counter()
+    while time.perf_counter() - t0 < seconds:
+        a @ b
+        reps += 1
+    return 2 * n ** 3 * reps / (time.perf_counter() - t0) / 1e9
+
+
+def flops_per_sample(benchmark: str, size: str, sets: list[str]) -> float:
+    """Forward + backward FLOPs of one sample on the kit's PyTorch model (meta tensors:
+    counted, not run)."""
+    import torch
+    from torch.utils.flop_counter import FlopCounterMode
+    cfg = kit_config(benchmark, size, sets)
+    shape, _ = SHAPES[size][benchmark]
+    with torch.device("meta"):
+        if benchmark == "cosmoflow":
+            from hpckit.cosmoflow.model_torch import CosmoFlow
+            model, x = CosmoFlow(cfg), torch.empty(1, shape, shape, shape, N_CHANNELS_COSMO)
+        else:
+            from hpckit.deepcam.model import build_model
+            model, x = build_model(cfg), torch.empty(1, N_CHANNELS_CAM, *shape)
+    counter = FlopCounterMode(display=False)
+    with counter:
+        model(x).float().sum().backward()
+    return float(counter.get_total_flops())
+
+
+def parse_sets(items: list[str]) -> dict[str, list[str]]:
+    out: dict[str, list[str]] = {b: [] for b in CASES}
+    for item in items:
+        bench, sep, kv = item.partition(":")
+        if not sep or bench not in out:
+            raise SystemExit(f"side_by_side: --kit-set {item!r}: expected BENCHMARK:key=value "
+                             f"with BENCHMARK one of {', '.join(CASES)}")
+        out[bench].append(kv)
+    return out
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reference", help="your clone of mlcommons/hpc (without it: the kit's cases only)")
+    p.add_argument("--benchmarks", default="cosmoflow,deepcam")
+    p.add_argument("--size", choices=tuple(SHAPES), default="full")
+    p.add_argument("--rounds", type=int, default=3)
+    p.add_argument("--steps", type=int, default=2, help="timed steps per case and round")
+    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--kit-set", action="append", default=[], metavar="BENCH:KEY=VALUE")
+    p.add_argument("--json", metavar="FILE")
+    p.add_argument("--child", help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    sets = parse_sets(args.kit_set)
+    benchmarks = [b for b in args.benchmarks.split(",") if b]
+    unknown = [b for b in benchmarks if b not in CASES]
+    if unknown or args.rounds < 1 or args.steps < 1 or args.warmup < 0:
+        print(f"side_by_side: bad arguments (benchmarks {unknown or 'ok'}, rounds/steps >= 1)", file=sys.stderr)
+        return 2
+    if args.reference and not (Path(args.reference) / "cosmoflow" / "models" / "cosmoflow.py").is_file():
+        print(f"side_by_side: --reference {args.reference}: not a clone of mlcommons/hpc "
+              "(no cosmoflow/models/cosmoflow.py)", file=sys.stderr)
+        return 2
+
+    if args.child:
+        bench, case = args.child.split(":", 1)
+        result = run_case(bench, case, args.size, args.steps, args.warmup, args.reference, sets[bench])
+        print("RESULT " + json.dumps(result), flush=True)
+        return 0
+
+    import torch
+    cases = [(b, c) for b in benchmarks for c in CASES[b] if args.reference or not c.startswith("reference/")]
+    if args.size != "full" and ("deepcam", "reference/pytorch") in cases:
+        # upstream's decoder is fixed to 768 x 1152 inputs: mlcommons/hpc 2c627d45
+        # deepcam/src/deepCam/architecture/deeplab_xception.py:445 tiles (1, 1, 48, 72)
+        print("side_by_side: deepcam reference/pytorch runs at --size full only (upstream's decoder "
+              "is fixed to 768x1152)", file=sys.stderr)
+        cases.remove(("deepcam", "reference/pytorch"))
+    load1 = os.getloadavg()[0]
+    versions = {"torch": torch.__version__}
+    try:
+        from importlib.metadata import version
+        versions["tensorflow"] = version("tensorflow-cpu")
+    except Exception:
+        try:
+            versions["tensorflow"] = version("tensorflow")
+        except Exception:
+            versions["tensorflow"] = "none"
+    header = {"host": platform.node(), "cpu": cpu_model(), "flags": cpu_flags(),
+              "cpus": len(os.sched_getaffinity(0)), "load1": round(load1, 2), "size": args.size,
+              "rounds": args.rounds, "steps": args.steps, "warmup": args.warmup, **versions}
+    print("side_by_side " + " ".join(f"{k}={str(v).replace(' ', '_')}" for k, v in header.items()), flush=True)
+    peaks = {"fp32": matmul_peak("float32")}
+    if "avx512_bf16" in header["flags"] or "amx_bf16" in header["flags"]:
+        peaks["bf16"] = matmul_peak("bfloat16")
+    print("matmul_peak " + " ".join(f"{k}_GFLOP/s={v:.1f}" for k, v in peaks.items()), flush=True)
+    flops = {b: flops_per_sample(b, args.size, sets[b]) for b in benchmarks}
+    for b, f in flops.items():
+        print(f"flops {b} GFLOP/sample={f / 1e9:.2f} (forward+backward, torch FlopCounterMode)", flush=True)
+
+    seconds: dict[tuple[str, str], list[float]] = {c: [] for c in cases}
+    meta: dict[tuple[str, str], dict] = {}
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+    for r in range(args.rounds):
+        for b, c in cases:
+            cmd = [sys.executable, __file__, "--child", f"{b}:{c}", "--size", args.size, "--steps",
+                   str(args.steps), "--warmup", str(args.warmup),
+                   *(["--reference", args.reference] if args.reference else []),
+                   *(x for kv in sets[b] for x in ("--kit-set", f"{b}:{kv}"))]
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
+            if proc.returncode != 0 or not lines:
+                tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
+                print(f"side_by_side: case {b} {c} failed: {tail}", file=sys.stderr)
+                return 1
+            res = json.loads(lines[-1][7:])
+            seconds[(b, c)].append(res["seconds_per_step"])
+            meta[(b, c)] = res
+            print(f"  round {r + 1} {b} {c}: {res['seconds_per_step']:.3f} s/step", file=sys.stderr, flush=True)
+
+    figures = []
+    for b, c in cases:
+        s = statistics.median(seconds[(b, c)])
+        batch = meta[(b, c)]["batch"]
+        gflops = flops[b] * batch / s / 1e9
+        ref = [statistics.median(seconds[(b, rc)]) for rc in CASES[b] if rc.startswith("reference/") and (b, rc) in seconds]
+        ratio = ref[0] / s if ref else None
+        fig = {"benchmark": b, "case": c, "seconds_per_step": s, "samples_per_s": batch / s,
+               "gflop_per_s": gflops, "fraction_of_fp32_peak": gflops / peaks["fp32"],
+               "speedup_vs_reference": ratio, "threads": meta[(b, c)]["threads"],
+               "spread": (max(seconds[(b, c)]) - min(seconds[(b, c)])) / s}
+        figures.append(fig)
+        print(f"{b} {c} s/step={s:.3f} samples/s={batch / s:.3f} GFLOP/s={gflops:.1f} "
+              f"peak_fraction={gflops / peaks['fp32']:.2f} "
+              f"vs_reference={'%.2fx' % ratio if ratio else 'n/a'} "
+              f"(threads {fig['threads']}, rounds spread {fig['spread'] * 100:.0f}%)", flush=True)
+    if args.json:
+        from hpckit.common.fileio import atomic_path
+        with atomic_path(Path(args.json)) as tmp:
+            Path(tmp).write_text(json.dumps({"header": header, "peaks": peaks, "flops": flops,
+                                             "figures": figures}, indent=1))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
