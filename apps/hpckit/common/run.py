@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hpckit.common import cores, staging
+from hpckit.common import cores, precision, staging
 from hpckit.common.config import flatten
 from hpckit.common import dist
 from hpckit.common.dist import Ranks
@@ -101,6 +101,7 @@ def launch(args, framework: str, cfg: dict) -> Launch:
         device = dist.torch_device(getattr(args, "device", "auto"), ranks)
     elif getattr(args, "device", "auto") == "cuda":
         raise KitError("--device applies to PyTorch; TensorFlow places ops on the visible GPUs itself")
+    precision.check(cfg["train"]["precision"], getattr(device, "type", "cpu"))
     core_plan = cores.plan(ranks.local_rank, ranks.local_size, threads, cfg["data"]["loader_workers"],
                            accelerator=getattr(device, "type", "cpu") != "cpu")
     cfg["data"]["loader_workers"] = core_plan.loader_workers

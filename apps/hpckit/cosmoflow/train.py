@@ -7,12 +7,13 @@ The MLPerf protocol itself lives in hpckit.common.run.
 
 from __future__ import annotations
 
+import functools
 import math
 import os
 import time
 from pathlib import Path
 
-from hpckit.common import dist
+from hpckit.common import dist, precision
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import KitError
 from hpckit.common.mllog import HPC, C
@@ -100,6 +101,7 @@ class TorchBackend:
         self.params = [p for p in self.model.parameters()]
         self.velocity = [torch.zeros_like(p) for p in self.params]
         self.momentum = cfg["optimizer"]["momentum"]
+        self.autocast = functools.partial(precision.torch_autocast, cfg["train"]["precision"], self.device)
         # DDP wraps the module (gradients averaged in backward); Horovod broadcasts rank 0's
         # weights and averages after backward; one process: the module itself
         self.net = self.comm.wrap_model(self.model) if self.comm.kind in ("torch", "horovod") else self.model
@@ -116,7 +118,9 @@ class TorchBackend:
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             for p in self.params:
                 p.grad = None
-            loss = torch.mean((self.net(x) - y) ** 2) + self.model.l2_penalty()
+            with self.autocast():
+                pred = self.net(x)
+            loss = torch.mean((pred.float() - y) ** 2) + self.model.l2_penalty()
             loss.backward()
             if self.comm.kind == "horovod":
                 self.comm.average_gradients(self.params)
@@ -137,7 +141,9 @@ class TorchBackend:
         with torch.no_grad():
             for x, y in _diagnosed(loader, split, self.cfg):
                 x, y = x.to(self.device), y.to(self.device)
-                total += torch.abs(self.model(x) - y).sum().item()
+                with self.autocast():
+                    pred = self.model(x)
+                total += torch.abs(pred.float() - y).sum().item()
                 n += x.shape[0]
         return total, n
 
@@ -155,6 +161,7 @@ class TensorFlowBackend:
         import tensorflow as tf
         from hpckit.cosmoflow.model_tf import build_model
         keras.utils.set_random_seed(launched.seed)
+        precision.keras_policy(cfg["train"]["precision"])   # before the model is built
         self.tf, self.cfg, self.seed = tf, cfg, launched.seed
         # --dist tf: variables mirrored on every worker, gradients all-reduced (SUM) by the
         # optimizer in replica context; one process: the default strategy
@@ -168,7 +175,8 @@ class TensorFlowBackend:
         def replica_train_step(x, y):
             with tf.GradientTape() as tape:
                 # each replica's mean over its local batch / replicas: summed = global mean
-                loss = tf.reduce_mean(tf.square(model(x, training=True) - y))
+                pred = tf.cast(model(x, training=True), tf.float32)   # bf16 under mixed precision
+                loss = tf.reduce_mean(tf.square(pred - y))
                 if model.losses:
                     loss += tf.add_n(model.losses)
                 loss = loss / replicas
@@ -183,7 +191,8 @@ class TensorFlowBackend:
 
         @tf.function
         def eval_step(x, y):
-            return tf.reduce_sum(tf.abs(model(x, training=False) - y)), tf.shape(x)[0]
+            pred = tf.cast(model(x, training=False), tf.float32)
+            return tf.reduce_sum(tf.abs(pred - y)), tf.shape(x)[0]
 
         self.train_step, self.eval_step = train_step, eval_step
 

@@ -12,7 +12,7 @@ import time
 
 import torch
 
-from hpckit.common import optim
+from hpckit.common import optim, precision
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import KitError
 from hpckit.common.mllog import C
@@ -88,7 +88,9 @@ class Trainer:
     def _forward_backward(self, x, y, step: bool) -> None:
         sync = step or self.comm.kind != "torch"
         with contextlib.nullcontext() if sync else self.net.no_sync():
-            loss = weighted_cross_entropy(self.net(x), y, self.weights) / self.accumulate
+            with precision.torch_autocast(self.cfg["train"]["precision"], self.device):
+                logits = self.net(x)
+            loss = weighted_cross_entropy(logits.float(), y, self.weights) / self.accumulate
             loss.backward()
 
     def train_epoch(self, batches) -> int:
@@ -115,7 +117,8 @@ class Trainer:
         with torch.no_grad():
             for x, y in batches:
                 x, y = x.to(self.device), y.to(self.device)
-                pred = self.model(x).argmax(1)
+                with precision.torch_autocast(self.cfg["train"]["precision"], self.device):
+                    pred = self.model(x).argmax(1)
                 total += iou_per_sample(pred, y, self.cfg["model"]["n_classes"]).sum().item()
                 n += x.shape[0]
         return total, n
