@@ -403,3 +403,14 @@ def raise_on_sigterm() -> None:
                          "(another rank failed, or the job was cancelled)")
     if sys.platform != "win32":
         signal.signal(signal.SIGTERM, handler)
+
+
+def hold_sigterm() -> None:
+    """From here on a SIGTERM no longer interrupts: called when the run closes its log and
+    writes summary.json, so a launcher tearing the job down at that moment cannot cut the
+    close short (the Python-level handler runs in the main thread whichever thread the
+    signal hit, so the handler is replaced rather than the signal masked). The process
+    ends soon after with its own exit status; a launcher that insists escalates to SIGKILL
+    as always."""
+    if sys.platform != "win32":
+        signal.signal(signal.SIGTERM, lambda signum, frame: None)

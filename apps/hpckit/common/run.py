@@ -158,6 +158,7 @@ class MLPerfRun:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
+        dist.hold_sigterm()   # the close below is not to be interrupted
         if exc is None:
             self._write_summary()
             self.log.close()
