@@ -13,11 +13,13 @@ from hpckit.cosmoflow import model_spec
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
-# The reference network at 128^3 (mlcommons/hpc cosmoflow: conv_size 32, kernel 2, five
-# conv layers, fc 128/64, 4 outputs), counted by hand:
-#   conv: 2^3*4*32+32, 2^3*32*64+64, 2^3*64*128+128, 2^3*128*256+256, 2^3*256*512+512
-#   dense: 4*4*4*512*128+128, 128*64+64, 64*4+4
-REFERENCE_PARAMETERS = (1056 + 16448 + 65664 + 262400 + 1049088) + (4194432 + 8256 + 260)
+# The reference network at 128^3 (mlcommons/hpc 2c627d45 cosmoflow/configs/cosmo.yaml:
+# conv_size 32, kernel_size 3, five conv layers, fc 128/64, 4 outputs), counted by hand:
+#   conv (3^3 taps): 27*4*32+32 = 3488, 27*32*64+64 = 55360, 27*64*128+128 = 221312,
+#                    27*128*256+256 = 884992, 27*256*512+512 = 3539456
+#   128 / 2^5 = 4: flatten 4*4*4*512 = 32768
+#   dense: 32768*128+128 = 4194432, 128*64+64 = 8256, 64*4+4 = 260
+REFERENCE_PARAMETERS = (3488 + 55360 + 221312 + 884992 + 3539456) + (4194432 + 8256 + 260)
 
 
 def test_reference_parameter_count_both_frameworks():
@@ -26,7 +28,8 @@ def test_reference_parameter_count_both_frameworks():
     from hpckit.cosmoflow.model_torch import CosmoFlow
 
     cfg = load_config("cosmoflow", "reference")
-    assert REFERENCE_PARAMETERS == 5_597_604
+    assert REFERENCE_PARAMETERS == 8_907_556
+    assert cfg["model"]["kernel_size"] == 3
     assert model_spec.parameter_count(cfg) == REFERENCE_PARAMETERS
     with torch.device("meta"):
         torch_params = sum(p.numel() for p in CosmoFlow(cfg).parameters())
@@ -64,7 +67,12 @@ def test_l2_penalty_matches_keras():
     want = float(sum(keras_model.losses))
     assert want > 0
     assert float(ours.l2_penalty().detach()) == pytest.approx(want, rel=1e-5)
-    del torch
+    # only the two hidden dense kernels carry L2, as upstream (models/cosmoflow.py:76,79,84)
+    dense = [layer for layer in keras_model.layers if type(layer).__name__ == "Dense"]
+    assert [layer.kernel_regularizer is not None for layer in dense] == [True, True, False]
+    hidden = [lin for lin in ours.head if isinstance(lin, torch.nn.Linear)][:2]
+    by_hand = 0.01 * sum(float((lin.weight.detach().double() ** 2).sum()) for lin in hidden)
+    assert float(ours.l2_penalty().detach()) == pytest.approx(by_hand, rel=1e-5)
 
 
 @pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])

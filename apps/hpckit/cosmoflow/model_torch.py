@@ -3,8 +3,9 @@
 Input is channels last like the Keras model; the convolutions run channels first and the
 flatten is done in channels-last order, so a Keras model's weights map onto this one
 exactly (see `load_keras_weights`) and both compute the same function. 'same' padding is
-explicit: for a kernel k TensorFlow pads (k-1)//2 before and the rest after, so the
-reference's kernel 2 pads (0 before, 1 after).
+explicit where it is asymmetric: for a kernel k TensorFlow pads (k-1)//2 before and the
+rest after, so kernel 2 (the mini config's) pads (0 before, 1 after); the reference's
+kernel 3 pads 1 on both sides, which the convolution does itself (no padded copy).
 """
 
 from __future__ import annotations
@@ -28,8 +29,9 @@ class CosmoFlow(nn.Module):
         blocks, c_in = [], N_CHANNELS
         for i in range(m["n_conv_layers"]):
             c = m["conv_size"] * 2 ** i
-            blocks += [same_padding(m["kernel_size"]), nn.Conv3d(c_in, c, m["kernel_size"]),
-                       nn.LeakyReLU(m["leaky_relu_alpha"]), nn.MaxPool3d(2)]
+            k = m["kernel_size"]
+            conv = [nn.Conv3d(c_in, c, k, padding=(k - 1) // 2)] if k % 2 else [same_padding(k), nn.Conv3d(c_in, c, k)]
+            blocks += [*conv, nn.LeakyReLU(m["leaky_relu_alpha"]), nn.MaxPool3d(2)]
             c_in, s = c, s // 2
         self.features = nn.Sequential(*blocks)
         flat = s ** 3 * c_in
@@ -53,10 +55,12 @@ class CosmoFlow(nn.Module):
         return self.head(h) * OUTPUT_SCALE
 
     def l2_penalty(self) -> torch.Tensor:
-        """Keras L2(l2) on the dense kernels: l2 * sum(w^2), added to the loss."""
+        """Keras L2(l2) on the two hidden dense kernels (not the output layer, as upstream):
+        l2 * sum(w^2), added to the loss."""
         if self.l2 == 0:
             return torch.zeros(())
-        return self.l2 * sum((lin.weight ** 2).sum() for lin in self.head if isinstance(lin, nn.Linear))
+        hidden = [lin for lin in self.head if isinstance(lin, nn.Linear)][:-1]
+        return self.l2 * sum((lin.weight ** 2).sum() for lin in hidden)
 
 
 def load_keras_weights(model: CosmoFlow, keras_model) -> None:
