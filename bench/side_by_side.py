@@ -30,6 +30,9 @@ rounds of its mean step time.
                                      is <1% of the step)
                kit/pytorch           the kit's deepcam Trainer.train_epoch (LAMB)
 
+--bf16 adds each kit case again as kit/<framework>+bf16, with train.precision=bf16
+(common/precision.py: mixed precision, offered by the reference as --amp).
+
 The kit's cases use its `reference` config (batch, model, optimizer), with --kit-set
 overrides (e.g. `cosmoflow:train.precision=bf16` once the kit has it), and run through
 hpckit.common.run.launch, so they get the kit's own thread and core plan.
@@ -131,8 +134,8 @@ def run_case(benchmark: str, case: str, size: str, steps: int, warmup: int, refe
             timed(lambda n: [model.train_on_batch(x, y) for _ in range(n)])
             threads = None
         else:
-            framework = case.split("/")[1]
-            cfg = kit_config("cosmoflow", size, sets)
+            framework = case.split("/")[1].split("+")[0]
+            cfg = kit_config("cosmoflow", size, sets + case_sets(case))
             launched = kit_launch(framework, cfg)
             from hpckit.cosmoflow.train import BACKENDS
             backend = BACKENDS[framework](cfg, launched, None, Path("."))
@@ -162,13 +165,18 @@ def run_case(benchmark: str, case: str, size: str, steps: int, warmup: int, refe
             timed(step)
             threads = torch.get_num_threads()
         else:
-            cfg = kit_config("deepcam", size, sets)
+            cfg = kit_config("deepcam", size, sets + case_sets(case))
             launched = kit_launch("pytorch", cfg)
             from hpckit.deepcam.train import Trainer
             trainer = Trainer(cfg, launched, None)
             timed(lambda n: trainer.train_epoch([(xb, yb)] * n))
             threads = launched.cores.threads
     return {"seconds_per_step": timings[0], "batch": batch, "threads": threads}
+
+
+def case_sets(case: str) -> list[str]:
+    """kit/<framework>+bf16: the kit's case with train.precision=bf16."""
+    return ["train.precision=bf16"] if case.endswith("+bf16") else []
 
 
 def reference_cosmoflow(reference: str, size: int):
@@ -261,6 +269,8 @@ def main(argv=None) -> int:
     p.add_argument("--steps", type=int, default=2, help="timed steps per case and round")
     p.add_argument("--warmup", type=int, default=1)
     p.add_argument("--kit-set", action="append", default=[], metavar="BENCH:KEY=VALUE")
+    p.add_argument("--bf16", action="store_true", help="also every kit case with train.precision=bf16 "
+                   "(mixed precision; CPUs with bf16 instructions)")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -283,6 +293,12 @@ def main(argv=None) -> int:
 
     import torch
     cases = [(b, c) for b in benchmarks for c in CASES[b] if args.reference or not c.startswith("reference/")]
+    if args.bf16:
+        from hpckit.common.precision import cpu_has_bf16
+        if not cpu_has_bf16():
+            print("side_by_side: --bf16: this CPU has no bf16 instructions", file=sys.stderr)
+            return 2
+        cases = [x for b, c in cases for x in ([(b, c), (b, c + "+bf16")] if c.startswith("kit/") else [(b, c)])]
     if args.size != "full" and ("deepcam", "reference/pytorch") in cases:
         # upstream's decoder is fixed to 768 x 1152 inputs: mlcommons/hpc 2c627d45
         # deepcam/src/deepCam/architecture/deeplab_xception.py:445 tiles (1, 1, 48, 72)
