@@ -43,3 +43,21 @@ def test_fp16_is_one_line(tmp_path):
                       "--set", "train.precision=fp16")
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "train.precision" in proc.stderr, proc.stderr
+
+
+@pytest.mark.parametrize("flags,device,expect", [
+    ({"avx2", "avx512f"}, "cpu", "tensorflow"), ({"avx2", "fma"}, "cpu", "pytorch"),
+    ({"asimd", "sve"}, "cpu", "pytorch"), ({"avx2", "avx512f"}, "cuda", "pytorch")])
+def test_framework_auto_follows_the_cpu_kind(monkeypatch, flags, device, expect):
+    from hpckit.common import cores
+    from hpckit.cosmoflow.train import choose_framework
+    monkeypatch.setattr(cores, "cpu_flags", lambda: flags)
+    assert choose_framework("auto", device) == expect
+    assert choose_framework("pytorch", device) == "pytorch"
+
+
+def test_describe_names_the_framework_auto_chose():
+    from hpckit.common import cores
+    proc = run_hpckit("describe", "cosmoflow", "--config", "mini")
+    want = "tensorflow" if "avx512f" in cores.cpu_flags() else "pytorch"
+    assert proc.returncode == 0 and proc.stdout.splitlines()[0] == f"CosmoFlow, config mini, {want}", proc.stdout

@@ -56,8 +56,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--data", required=True, help="dataset root with train/ and validation/")
     p.add_argument("--output-dir", required=True)
     _add_config(p)
-    p.add_argument("--framework", choices=("tensorflow", "pytorch"), default="pytorch",
-                   help="cosmoflow: either; deepcam: pytorch (as the reference)")
+    p.add_argument("--framework", choices=("auto", "tensorflow", "pytorch"), default="auto",
+                   help="cosmoflow: auto (TensorFlow on AVX-512 CPUs, else PyTorch), tensorflow or "
+                        "pytorch; deepcam: pytorch (as the reference)")
     p.add_argument("--stage-dir", default=None, help="node-local directory to stage the data into")
     p.add_argument("--seed", type=int, default=None, help="default: derived from the clock, logged")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")
@@ -72,7 +73,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("describe", help="print a benchmark's model: layers, output shape, parameters")
     p.add_argument("benchmark", choices=BENCHMARKS)
     _add_config(p)
-    p.add_argument("--framework", choices=("tensorflow", "pytorch"), default="pytorch")
+    p.add_argument("--framework", choices=("auto", "tensorflow", "pytorch"), default="auto")
 
     p = sub.add_parser("check", help="run the official MLPerf compliance checker on a result log")
     p.add_argument("log")

@@ -73,6 +73,19 @@ def parse_cpu_list(text: str) -> set[int]:
     return cpus
 
 
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (x86 `flags`, Arm `Features` in /proc/cpuinfo)."""
+    words: set[str] = set()
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("flags", "Features")):
+                    words.update(line.split(":", 1)[1].split())
+    except OSError:
+        pass
+    return words
+
+
 def allocation_cpus() -> set[int]:
     """The CPUs of this process's cgroup cpuset (the job's allocation under Slurm's
     task/cgroup, a container's cpuset), or every online CPU where no cpuset says."""

@@ -19,21 +19,14 @@ from __future__ import annotations
 import contextlib
 import platform
 
+from hpckit.common import cores
 from hpckit.common.errors import KitError
 
 PRECISIONS = ("fp32", "bf16")
 
 
 def cpu_has_bf16() -> bool:
-    try:
-        with open("/proc/cpuinfo") as f:
-            text = f.read()
-    except OSError:
-        return False
-    words = set()
-    for line in text.splitlines():
-        if line.startswith(("flags", "Features")):
-            words.update(line.split(":", 1)[1].split())
+    words = cores.cpu_flags()
     if platform.machine() in ("aarch64", "arm64"):
         return "bf16" in words
     return bool(words & {"avx512_bf16", "amx_bf16"})

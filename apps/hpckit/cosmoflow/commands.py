@@ -36,10 +36,11 @@ def train(args) -> int:
 
 def describe(args) -> int:
     from hpckit.cosmoflow import model_spec
-    from hpckit.cosmoflow.train import validate_config
+    from hpckit.cosmoflow.train import choose_framework, validate_config
 
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
+    args.framework = choose_framework(args.framework)
     rows = (_torch_layers if args.framework == "pytorch" else _keras_layers)(cfg)
     print(f"CosmoFlow, config {cfg['name']}, {args.framework}")
     print(f"{'layer':<44} {'output shape':<24} {'params':>10}")

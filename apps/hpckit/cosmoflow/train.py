@@ -13,7 +13,7 @@ import os
 import time
 from pathlib import Path
 
-from hpckit.common import dist, precision
+from hpckit.common import cores, dist, precision
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import KitError
 from hpckit.common.mllog import HPC, C
@@ -230,9 +230,25 @@ def _diagnosed(batches, split: data.SplitFiles, cfg: dict):
 
 # ---------------------------------------------------------------- the run
 
+def choose_framework(requested: str, device: str = "auto") -> str:
+    """`--framework auto` (the default): the faster CosmoFlow path for this machine, from
+    bench/side_by_side.py (README "Speed on CPUs"): TensorFlow on x86 CPUs with AVX-512
+    (its 3D convolutions ran 1.7x PyTorch's at 128^3), PyTorch elsewhere (2.4x the
+    reference's TensorFlow on an AVX2-only EPYC; unmeasured on Arm) and on GPUs (the kit's
+    GPU path: CUDA, NCCL). The chosen framework is logged (hpckit_config.framework)."""
+    if requested != "auto":
+        return requested
+    gpu = device == "cuda" or (device == "auto" and Path("/proc/driver/nvidia/gpus").is_dir()
+                               and os.environ.get("CUDA_VISIBLE_DEVICES", "x") != "")
+    if gpu:
+        return "pytorch"
+    return "tensorflow" if "avx512f" in cores.cpu_flags() else "pytorch"
+
+
 def train(args) -> int:
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
+    args.framework = choose_framework(args.framework, args.device)
     if args.framework == "tensorflow":
         # before TensorFlow (or tf.distribute) is first imported: its C++ log lines go to a file
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")

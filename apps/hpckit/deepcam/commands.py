@@ -41,7 +41,7 @@ def describe(args) -> int:
     from hpckit.deepcam.model import describe_rows, parameter_count
     from hpckit.deepcam.train import validate_config
 
-    if args.framework != "pytorch":
+    if args.framework not in ("auto", "pytorch"):
         raise KitError(f"--framework {args.framework}: DeepCAM is implemented in PyTorch, as the reference")
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)

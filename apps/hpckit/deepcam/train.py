@@ -128,7 +128,7 @@ class Trainer:
 
 
 def train(args) -> int:
-    if args.framework != "pytorch":
+    if args.framework not in ("auto", "pytorch"):
         raise KitError(f"--framework {args.framework}: DeepCAM is implemented in PyTorch, as the reference")
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
