@@ -161,13 +161,15 @@ def test_tensorflow_is_refused(tiny, tmp_path):
 
 
 def test_gradient_accumulation_steps_the_optimizer_every_n_batches():
+    from hpckit.common import cores
     from hpckit.common.dist import Comm, Ranks
     from hpckit.common.run import Launch
     from hpckit.deepcam.train import Trainer
 
     cfg = load_config("deepcam", "mini", ["train.gradient_accumulation_frequency=2"])
     one = Ranks()
-    trainer = Trainer(cfg, Launch(one, Comm(one), torch.device("cpu"), seed=1, stage_dir=None), threads=None)
+    launched = Launch(one, Comm(one), torch.device("cpu"), seed=1, stage_dir=None, cores=cores.plan(0, 1, None, 0))
+    trainer = Trainer(cfg, launched, threads=None)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     x = torch.randn(2, 16, 96, 144)
     y = torch.randint(0, 3, (2, 96, 144))
