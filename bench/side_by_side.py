@@ -138,7 +138,7 @@ def run_case(benchmark: str, case: str, size: str, steps: int, warmup: int, refe
             cfg = kit_config("cosmoflow", size, sets + case_sets(case))
             launched = kit_launch(framework, cfg)
             from hpckit.cosmoflow.train import BACKENDS
-            backend = BACKENDS[framework](cfg, launched, None, Path("."))
+            backend = BACKENDS[framework](cfg, launched, Path("."))
             if framework == "pytorch":
                 import torch
                 xb, yb = torch.from_numpy(x), torch.from_numpy(y)
@@ -168,7 +168,7 @@ def run_case(benchmark: str, case: str, size: str, steps: int, warmup: int, refe
             cfg = kit_config("deepcam", size, sets + case_sets(case))
             launched = kit_launch("pytorch", cfg)
             from hpckit.deepcam.train import Trainer
-            trainer = Trainer(cfg, launched, None)
+            trainer = Trainer(cfg, launched)
             timed(lambda n: trainer.train_epoch([(xb, yb)] * n))
             threads = launched.cores.threads
     return {"seconds_per_step": timings[0], "batch": batch, "threads": threads}

@@ -169,7 +169,7 @@ def test_gradient_accumulation_steps_the_optimizer_every_n_batches():
     cfg = load_config("deepcam", "mini", ["train.gradient_accumulation_frequency=2"])
     one = Ranks()
     launched = Launch(one, Comm(one), torch.device("cpu"), seed=1, stage_dir=None, cores=cores.plan(0, 1, None, 0))
-    trainer = Trainer(cfg, launched, threads=None)
+    trainer = Trainer(cfg, launched)
     before = [p.detach().clone() for p in trainer.model.parameters()]
     x = torch.randn(2, 16, 96, 144)
     y = torch.randint(0, 3, (2, 96, 144))

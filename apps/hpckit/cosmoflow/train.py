@@ -91,7 +91,7 @@ def hyperparameters(cfg: dict, global_batch: int) -> list[tuple[str, object]]:
 class TorchBackend:
     name = "pytorch"
 
-    def __init__(self, cfg: dict, launched, threads: int | None, out_dir: Path):
+    def __init__(self, cfg: dict, launched, out_dir: Path):
         import torch
         from hpckit.cosmoflow.model_torch import CosmoFlow
         torch.manual_seed(launched.seed)
@@ -156,7 +156,7 @@ class TorchBackend:
 class TensorFlowBackend:
     name = "tensorflow"
 
-    def __init__(self, cfg: dict, launched, threads: int | None, out_dir: Path):
+    def __init__(self, cfg: dict, launched, out_dir: Path):
         import keras
         import tensorflow as tf
         from hpckit.cosmoflow.model_tf import build_model
@@ -271,7 +271,7 @@ def train(args) -> int:
                    out_dir=args.output_dir, quality=quality, global_batch=global_batch) as run:
         run.clear_caches([p for split in files.values() for p in split.all_paths()])
         run.init_start(hyperparameters(cfg, global_batch))
-        backend = BACKENDS[args.framework](cfg, launched, args.threads, run.out_dir)
+        backend = BACKENDS[args.framework](cfg, launched, run.out_dir)
         run.start_run()
 
         on_node = {name: node_share(split, ranks) for name, split in files.items()}

@@ -73,7 +73,7 @@ def hyperparameters(cfg: dict, global_batch: int) -> list[tuple[str, object]]:
 
 
 class Trainer:
-    def __init__(self, cfg: dict, launched, threads: int | None):
+    def __init__(self, cfg: dict, launched):
         torch.manual_seed(launched.seed)
         self.cfg, self.device, self.comm = cfg, launched.device, launched.comm
         self.model = build_model(cfg).to(self.device)
@@ -146,7 +146,7 @@ def train(args) -> int:
                    out_dir=args.output_dir, quality=quality, global_batch=global_batch) as run:
         run.clear_caches([p for split in files.values() for p in split.files])
         run.init_start(hyperparameters(cfg, global_batch))
-        trainer = Trainer(cfg, launched, args.threads)
+        trainer = Trainer(cfg, launched)
         run.start_run()
 
         on_node = {name: node_share(split, ranks) for name, split in files.items()}
