@@ -8,9 +8,23 @@ STAMP  := $(VENV)/.hpckit-stack
 PIP    := $(BIN)/pip install --quiet --disable-pip-version-check
 CONSTRAINTS := -c requirements/constraints-cpu.txt
 
-.PHONY: run test venv
+.PHONY: run test venv calibrate
 run: $(STAMP)
 	$(BIN)/reframe -C site_profiles/local/settings.py -c reframe_checks/ -r
+
+# Performance references for THIS machine (README "Calibrating"): RUNS unjudged runs of the
+# profile's checks into their own perflog folder, then hpckit references calibrate writes
+# site_profiles/$(PROFILE)/calibrated/<machine key>/references.yaml (REPLACE=1 to redo).
+PROFILE     ?= local
+RUNS        ?= 3
+CALIBRATION := calibration/$(PROFILE)-$(shell date +%Y%m%dT%H%M%S)
+calibrate: $(STAMP)
+	for i in $$(seq $(RUNS)); do \
+	    RFM_REFERENCE_PREFIX="$(CURDIR)/site_profiles/$(PROFILE)" $(BIN)/reframe -C site_profiles/$(PROFILE)/settings.py \
+	        -c reframe_checks/ -r --perflogdir "$(CALIBRATION)/perflogs" || exit 1; \
+	done
+	$(BIN)/hpckit references calibrate --perflog "$(CALIBRATION)/perflogs" $(if $(REPLACE),--replace) \
+	    --out "site_profiles/$(PROFILE)/calibrated/$$($(BIN)/python -c 'from hpckit.common.cores import machine_key; print(machine_key())')/references.yaml"
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests

@@ -17,8 +17,31 @@ PERFLOG_FORMAT = ('%(check_job_completion_time)s|%(check_result)s|'
                   '%(check_job_nodelist)s')
 
 import os
+import sys
 
 BENCHMARKS = ('cosmoflow', 'deepcam')
+
+
+def machine_reference_prefix(profile_dir):
+    """Where ReFrame reads the performance references of a profile that runs on whatever
+    machine it is started on (local, slurm-local): `<profile>/calibrated/<machine key>/`
+    when `make calibrate` (hpckit references calibrate) wrote references for this machine,
+    else `<profile>/` itself, whose references.yaml judges nothing: the checks then PASS
+    or FAIL on correctness alone, log their figures, and one line says how to calibrate.
+    A reference measured on one machine is never applied to another."""
+    try:
+        from hpckit.common.cores import machine_key
+        key = machine_key()
+    except ImportError:        # ReFrame started outside the kit's environment
+        key = None
+    if key:
+        calibrated = os.path.join(profile_dir, 'calibrated', key)
+        if os.path.isfile(os.path.join(calibrated, 'references.yaml')):
+            return calibrated
+    name = os.path.basename(profile_dir)
+    print(f'site profile {name}: no performance references for this machine ({key or "unknown"}); '
+          f'the checks judge correctness only. Calibrate: make calibrate PROFILE={name}', file=sys.stderr)
+    return profile_dir
 
 LOGGING = [
     {

@@ -20,6 +20,7 @@ TOOL_COMMANDS = {
     "package": ("hpckit.results.package", "lay runs out as an MLPerf HPC submission package"),
     "report": ("hpckit.results.report", "write the time-to-solution report (index.html + PNG plots)"),
     "containers": ("hpckit.containers.generate", "generate the Apptainer and Docker files of every target"),
+    "references": ("hpckit.results.references", "calibrate a system's performance references from its perflogs"),
 }
 RULESETS = ("hpc-1.0.0", "hpc-2.0.0", "hpc-3.0.0", "mini")
 

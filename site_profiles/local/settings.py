@@ -4,9 +4,11 @@
 
 Everything ReFrame writes goes under the repository root (stage/, output/, perflogs/;
 git-ignored) unless moved with --prefix/RFM_PREFIX, --stage/--outputdir or --perflogdir.
-Performance references are read from references.yaml next to this file: the checks name
-it with `reference = {'$ref': 'references.yaml'}` and ReFrame looks it up under the
-reference prefix, which this file sets to its own directory (see below).
+Performance references are per machine: the checks name `reference = {'$ref':
+'references.yaml'}` and ReFrame looks it up under the reference prefix, which this file
+sets to calibrated/<machine key>/ once `make calibrate` has measured this machine, and
+otherwise to this directory, whose references.yaml judges nothing (correctness only; one
+line on stderr says how to calibrate). See site_common.machine_reference_prefix.
 
 Partitions:
   default  local launcher, one process: where the MLPerf checks run (feature `mlperf`).
@@ -22,7 +24,7 @@ import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(_here))   # site_profiles/site_common.py, shared
-from site_common import LOGGING  # noqa: E402
+from site_common import LOGGING, machine_reference_prefix  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(_here))
 VENV_BIN = os.path.join(REPO, '.venv', 'bin')
 
@@ -31,7 +33,7 @@ VENV_BIN = os.path.join(REPO, '.venv', 'bin')
 # ("Additional properties are not allowed ('reference_prefix' was unexpected)"), so the
 # prefix is given through its environment variable, which ReFrame reads only after
 # loading this file. setdefault: an RFM_REFERENCE_PREFIX set by the caller wins.
-os.environ.setdefault('RFM_REFERENCE_PREFIX', _here)
+os.environ.setdefault('RFM_REFERENCE_PREFIX', machine_reference_prefix(_here))
 
 # The machine has few cores: one training at a time, each using all of them.
 _partition = {

@@ -23,12 +23,12 @@ import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(_here))   # site_profiles/site_common.py, shared
-from site_common import LOGGING  # noqa: E402
+from site_common import LOGGING, machine_reference_prefix  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(_here))
 VENV_BIN = os.path.join(REPO, '.venv', 'bin')
 
 # see site_profiles/local/settings.py: ReFrame 4.10.4 rejects general/reference_prefix
-os.environ.setdefault('RFM_REFERENCE_PREFIX', _here)
+os.environ.setdefault('RFM_REFERENCE_PREFIX', machine_reference_prefix(_here))
 
 site_configuration = {
     'systems': [

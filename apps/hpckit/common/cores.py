@@ -86,6 +86,28 @@ def cpu_flags() -> set[str]:
     return words
 
 
+def cpu_model() -> str:
+    try:
+        with open("/proc/cpuinfo") as f:
+            for line in f:
+                if line.startswith(("model name", "CPU part")):
+                    return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return "unknown"
+
+
+def machine_key() -> str:
+    """A name for this machine's performance: host name and a digest of the CPU model,
+    flags and CPU count, so references calibrated on one machine are never applied to
+    another (a new CPU under the same host name gets a new key)."""
+    import hashlib
+    import socket
+    what = f"{cpu_model()}|{' '.join(sorted(cpu_flags()))}|{len(allocation_cpus())}"
+    host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname()) or "host"
+    return f"{host}-{hashlib.sha256(what.encode()).hexdigest()[:8]}"
+
+
 def allocation_cpus() -> set[int]:
     """The CPUs of this process's cgroup cpuset (the job's allocation under Slurm's
     task/cgroup, a container's cpuset), or every online CPU where no cpuset says."""

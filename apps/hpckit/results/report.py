@@ -31,6 +31,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from hpckit.common.errors import KitError
+from hpckit.results.perflog import read_perflogs
 
 PNGS = ("tts.png", "scaling.png", "history.png")
 
@@ -196,59 +197,6 @@ def gather(args_paths: list[str], origin: str, seen: set) -> tuple[list[dict], d
 def _set_label(s: dict, origin: str) -> str:
     nodes = s["nodes"] if s["nodes"] is not None else "?"
     return f"{origin}: {s['org']} {s['platform']} {s['benchmark']} (nodes {nodes})"
-
-
-# ---- ReFrame perflogs ------------------------------------------------------------------
-
-def read_perflogs(args_paths: list[str]) -> list[dict]:
-    files = []
-    for arg in map(Path, args_paths):
-        if arg.is_file():
-            files.append(arg)
-        elif arg.is_dir():
-            found = sorted(arg.rglob("*.log"))
-            if not found:
-                raise KitError(f"--perflog {arg}: no *.log files")
-            files += found
-        else:
-            raise KitError(f"--perflog {arg}: no such file or directory")
-    rows = []
-    for path in files:
-        try:
-            lines = path.read_text(errors="replace").splitlines()
-        except OSError as e:
-            raise KitError(f"--perflog {path}: cannot read ({e.strerror or e})") from None
-        lines = [ln for ln in lines if ln.strip()]
-        if not lines:
-            continue
-        header = lines[0].split("|")
-        needed = ("job_completion_time", "display_name", "perf_var", "perf_value")
-        missing = [h for h in needed if h not in header]
-        if missing:
-            raise KitError(f"--perflog {path}: header has no '{missing[0]}' field "
-                           "(expected the site profile's filelog format)")
-        system_partition = "/".join(path.parent.parts[-2:])
-        for n, line in enumerate(lines[1:], start=2):
-            if line == lines[0]:
-                continue  # a header repeated after a format change
-            parts = line.split("|")
-            if len(parts) != len(header):
-                raise KitError(f"--perflog {path}: line {n} has {len(parts)} fields, the header {len(header)}")
-            rec = dict(zip(header, parts))
-            if rec["perf_var"] in ("null", ""):
-                continue  # tests without performance variables (e.g. the dataset fixtures)
-            try:
-                value = float(rec["perf_value"])
-                when = datetime.fromisoformat(rec["job_completion_time"])
-            except ValueError:
-                raise KitError(f"--perflog {path}: line {n}: bad value or time "
-                               f"({rec['perf_value']!r}, {rec['job_completion_time']!r})") from None
-            rows.append({"file": str(path), "system": system_partition, "time": when,
-                         "check": rec["display_name"], "var": rec["perf_var"], "value": value,
-                         "unit": rec.get("perf_unit", ""), "ref": rec.get("perf_ref", ""),
-                         "result": rec.get("perf_result", rec.get("result", ""))})
-    rows.sort(key=lambda r: (r["time"], r["check"], r["var"]))
-    return rows
 
 
 # ---- plots -----------------------------------------------------------------------------

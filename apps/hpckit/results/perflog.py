@@ -1,0 +1,76 @@
+"""ReFrame's performance logs, as the site profiles write them (the `filelog` handler of
+site_profiles/site_common.py: one `|`-separated line per performance variable, the format
+as the file's first line). Read by `hpckit report` (the site's history) and `hpckit
+references calibrate` (references from repeated runs)."""
+
+from __future__ import annotations
+
+from datetime import datetime
+from pathlib import Path
+
+from hpckit.common.errors import KitError
+
+NEEDED = ("job_completion_time", "display_name", "perf_var", "perf_value")
+
+
+def perflog_files(args_paths: list[str], option: str = "--perflog") -> list[Path]:
+    files = []
+    for arg in map(Path, args_paths):
+        if arg.is_file():
+            files.append(arg)
+        elif arg.is_dir():
+            found = sorted(arg.rglob("*.log"))
+            if not found:
+                raise KitError(f"{option} {arg}: no *.log files")
+            files += found
+        else:
+            raise KitError(f"{option} {arg}: no such file or directory")
+    return files
+
+
+def read_perflogs(args_paths: list[str], option: str = "--perflog") -> list[dict]:
+    """Every performance figure in the files (or directories searched for *.log), oldest
+    first: file, system (system/partition from the path), time, check (display name),
+    check_class, params (the display name's %name=value parts), environ, config, var,
+    value, unit, ref, result. Lines of runs whose sanity failed (value `null`) and of
+    tests without performance variables are skipped: they carry no figure."""
+    rows = []
+    for path in perflog_files(args_paths, option):
+        try:
+            lines = path.read_text(errors="replace").splitlines()
+        except OSError as e:
+            raise KitError(f"{option} {path}: cannot read ({e.strerror or e})") from None
+        lines = [ln for ln in lines if ln.strip()]
+        if not lines:
+            continue
+        header = lines[0].split("|")
+        missing = [h for h in NEEDED if h not in header]
+        if missing:
+            raise KitError(f"{option} {path}: header has no '{missing[0]}' field "
+                           "(expected the site profile's filelog format)")
+        system_partition = "/".join(path.parent.parts[-2:])
+        for n, line in enumerate(lines[1:], start=2):
+            if line == lines[0]:
+                continue  # a header repeated after a format change
+            parts = line.split("|")
+            if len(parts) != len(header):
+                raise KitError(f"{option} {path}: line {n} has {len(parts)} fields, the header {len(header)}")
+            rec = dict(zip(header, parts))
+            if rec["perf_var"] in ("null", "") or rec["perf_value"] in ("null", ""):
+                continue
+            try:
+                value = float(rec["perf_value"])
+                when = datetime.fromisoformat(rec["job_completion_time"])
+            except ValueError:
+                raise KitError(f"{option} {path}: line {n}: bad value or time "
+                               f"({rec['perf_value']!r}, {rec['job_completion_time']!r})") from None
+            name, *params = rec["display_name"].split(" %")
+            rows.append({"file": str(path), "system": system_partition, "time": when,
+                         "check": rec["display_name"], "check_class": name,
+                         "params": dict(p.split("=", 1) for p in params if "=" in p),
+                         "environ": rec.get("environ", ""), "config": rec.get("config", ""),
+                         "var": rec["perf_var"], "value": value,
+                         "unit": rec.get("perf_unit", ""), "ref": rec.get("perf_ref", ""),
+                         "result": rec.get("perf_result", rec.get("result", ""))})
+    rows.sort(key=lambda r: (r["time"], r["check"], r["var"]))
+    return rows

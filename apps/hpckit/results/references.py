@@ -1,0 +1,151 @@
+"""`hpckit references calibrate`: a system's performance references from its own runs.
+
+    hpckit references calibrate --perflog DIR_OR_FILE... --out references.yaml
+                                [--min-runs 3] [--floor 0.10] [--ceiling 0.50] [--factor 2]
+                                [--replace]
+
+Reads the ReFrame performance logs of N repeated runs of the checks on one system (the
+site profile's filelog perflogs, e.g. `perflogs/local/`), and writes the references.yaml
+that ReFrame reads through the checks' `reference = {'$ref': 'references.yaml'}`:
+per check class, partition, config and framework, per performance variable
+`[median, lower, upper, unit]`. The bound is on the side where the variable gets worse
+(time_to_train, staging_time and epochs above; throughputs below) and its size is the
+measured spread: `factor * max |x - median| / median`, clamped to [floor, ceiling] (a site
+sets both: a tight floor catches small regressions, the ceiling keeps a noisy variable
+from accepting anything). A variable with fewer than --min-runs figures is an error, not a
+guess. The file starts with a comment saying when, on which host (CPU model, flags,
+machine key) and with which software stack it was measured, from how many runs.
+
+The file is written atomically; an existing file is replaced only with --replace (this
+command never overwrites what it did not write unasked).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import statistics
+import sys
+import time
+from pathlib import Path
+
+from hpckit.common.errors import KitError
+from hpckit.results.perflog import read_perflogs
+
+# Which way a variable gets worse: the side its bound is on.
+WORSE_WHEN = {"time_to_train": "higher", "staging_time": "higher", "epochs": "higher",
+              "train_throughput": "lower", "eval_throughput": "lower"}
+
+
+def add_arguments(p: argparse.ArgumentParser) -> None:
+    sub = p.add_subparsers(dest="action", required=True)
+    c = sub.add_parser("calibrate", help="write references.yaml from the perflogs of repeated runs")
+    c.add_argument("--perflog", nargs="+", required=True, metavar="FILE_OR_DIR",
+                   help="ReFrame perflogs (files, or directories searched for *.log)")
+    c.add_argument("--out", required=True, help="the references.yaml to write")
+    c.add_argument("--min-runs", type=int, default=3, help="figures needed per variable (default 3)")
+    c.add_argument("--floor", type=float, default=0.10, help="smallest tolerance, a fraction (default 0.10)")
+    c.add_argument("--ceiling", type=float, default=0.50, help="largest tolerance, a fraction (default 0.50)")
+    c.add_argument("--factor", type=float, default=2.0,
+                   help="tolerance = factor x the largest relative deviation from the median (default 2)")
+    c.add_argument("--replace", action="store_true", help="replace an existing --out file")
+
+
+def tolerance(values: list[float], median: float, factor: float, floor: float, ceiling: float) -> float:
+    spread = max(abs(v - median) for v in values) / abs(median) if median else ceiling
+    return min(ceiling, max(floor, factor * spread))
+
+
+def calibrate(rows: list[dict], min_runs: int, factor: float, floor: float, ceiling: float) -> dict:
+    """{check_class: {partition: {config: {framework: {var: [median, lower, upper, unit, n, lo, hi]}}}}}"""
+    groups: dict[tuple, list[float]] = {}
+    units: dict[tuple, str] = {}
+    for r in rows:
+        if r["var"] not in WORSE_WHEN:
+            continue
+        key = (r["check_class"], r["system"].replace("/", ":"), r["config"],
+               r["params"].get("framework", "pytorch"), r["var"])
+        groups.setdefault(key, []).append(r["value"])
+        units[key] = r["unit"]
+    if not groups:
+        raise KitError("--perflog: no performance figures of the MLPerf checks in the given perflogs")
+    out: dict = {}
+    for key, values in sorted(groups.items()):
+        check, partition, config, framework, var = key
+        if len(values) < min_runs:
+            raise KitError(f"--perflog: {check} {partition} {config} {framework} {var}: {len(values)} "
+                           f"figure(s), --min-runs {min_runs} needed (run the checks more often)")
+        med = statistics.median(values)
+        tol = round(tolerance(values, med, factor, floor, ceiling), 3)
+        lower, upper = (None, tol) if WORSE_WHEN[var] == "higher" else (-tol, None)
+        entry = [round(med, 4), lower, upper, units[key], len(values), min(values), max(values)]
+        out.setdefault(check, {}).setdefault(partition, {}).setdefault(config, {}).setdefault(framework, {})[var] = entry
+    return out
+
+
+def software() -> str:
+    from importlib.metadata import PackageNotFoundError, version
+    parts = [f"python {platform.python_version()}"]
+    for dist in ("torch", "tensorflow-cpu", "tensorflow", "reframe-hpc", "mlperf-logging"):
+        try:
+            parts.append(f"{dist} {version(dist)}")
+        except PackageNotFoundError:
+            pass
+    return ", ".join(parts)
+
+
+def render(refs: dict, n_files: int, args) -> str:
+    from hpckit.common import cores
+    lines = [
+        "# Performance references calibrated by `hpckit references calibrate` on this machine:",
+        f"#   when:     {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
+        f"#   host:     {platform.node()} (machine key {cores.machine_key()})",
+        f"#   CPU:      {cores.cpu_model()}, {len(cores.allocation_cpus())} CPUs, flags "
+        + " ".join(sorted(f for f in cores.cpu_flags() if f.startswith(("avx", "amx", "sve", "fma")))),
+        f"#   software: {software()}",
+        f"#   from {n_files} perflog file(s); tolerance = {args.factor} x largest relative deviation "
+        f"from the median, clamped to [{args.floor}, {args.ceiling}]",
+        "# Entries: [median, lower, upper, unit]; lower/upper are fractions of the median, null = no bound.",
+        "# The comment after each entry: runs, smallest and largest figure measured.",
+    ]
+    for check, partitions in refs.items():
+        lines += [f"{check}:", "  $index: [$partition, config, framework]"]
+        for partition, configs in partitions.items():
+            lines.append(f"  '{partition}':")
+            for config, frameworks in configs.items():
+                lines.append(f"    {config}:")
+                for framework, variables in frameworks.items():
+                    lines.append(f"      {framework}:")
+                    for var, (med, lo, up, unit, n, vmin, vmax) in variables.items():
+                        fmt = lambda v: "null" if v is None else repr(v)  # noqa: E731
+                        lines.append(f"        {var}: [{med!r}, {fmt(lo)}, {fmt(up)}, {unit}]"
+                                     f"   # {n} runs, {vmin:g} .. {vmax:g}")
+    return "\n".join(lines) + "\n"
+
+
+def main(args) -> int:
+    from hpckit.common.fileio import atomic_path
+    from hpckit.results.perflog import perflog_files
+    if args.min_runs < 1:
+        raise KitError(f"--min-runs {args.min_runs}: must be >= 1 (one run: no spread, the floor applies)")
+    if not 0 <= args.floor <= args.ceiling:
+        raise KitError(f"--floor {args.floor} / --ceiling {args.ceiling}: need 0 <= floor <= ceiling")
+    if not args.factor > 0:
+        raise KitError(f"--factor {args.factor}: must be > 0")
+    out = Path(args.out)
+    if out.exists() and not args.replace:
+        raise KitError(f"--out {out}: exists; pass --replace to replace it")
+    rows = read_perflogs(args.perflog)
+    refs = calibrate(rows, args.min_runs, args.factor, args.floor, args.ceiling)
+    text = render(refs, len(perflog_files(args.perflog)), args)
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        with atomic_path(out) as tmp:
+            Path(tmp).write_text(text)
+    except OSError as e:
+        raise KitError(f"--out {out}: cannot write ({e.strerror or e})") from None
+    n = sum(len(v) for p in refs.values() for c in p.values() for f in c.values() for v in f.values())
+    print(f"hpckit references calibrate: {n} references from {len(rows)} figures written to {out}")
+    return 0
+
+

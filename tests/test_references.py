@@ -1,0 +1,122 @@
+"""`hpckit references calibrate`: references from repeated runs' perflogs, in the format
+the site profiles' filelog handler writes (site_profiles/site_common.PERFLOG_FORMAT; the
+end-to-end case with real ReFrame runs is in test_reframe_checks.py)."""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import run_hpckit
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "site_profiles"))
+from site_common import PERFLOG_FORMAT  # noqa: E402
+
+HEADER = "|".join(f.split("(check_")[1].split(")")[0] for f in PERFLOG_FORMAT.split("|"))
+
+
+def line(when, var, value, unit, check="CosmoFlowCheck %framework=pytorch", result="pass"):
+    return f"{when}|{result}|{check}|hpckit-venv|mini|0|{var}|{value}|{unit}|0|null|null|{result}|vm"
+
+
+def perflog(folder: Path, runs: list[dict], check="CosmoFlowCheck %framework=pytorch") -> Path:
+    path = folder / "local" / "default" / f"{check.split()[0]}.log"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    lines = [HEADER]
+    for i, figures in enumerate(runs):
+        for var, (value, unit) in figures.items():
+            lines.append(line(f"2026-11-22T10:0{i}:00", var, value, unit, check))
+    lines.append(line("2026-11-22T11:00:00", "time_to_train", "null", "min", check, result="fail"))  # sanity failed
+    path.write_text("\n".join(lines) + "\n")
+    return folder
+
+
+def runs(ttt, thr, epochs=(5, 5, 5)):
+    return [{"time_to_train": (t, "min"), "train_throughput": (x, "samples/s"), "epochs": (e, "epochs")}
+            for t, x, e in zip(ttt, thr, epochs)]
+
+
+def test_median_and_tolerance_from_the_spread(tmp_path):
+    logs = perflog(tmp_path / "perflogs", runs([1.0, 1.1, 0.9], [100, 104, 98]))
+    out = tmp_path / "refs" / "references.yaml"
+    proc = run_hpckit("references", "calibrate", "--perflog", logs, "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    text = out.read_text()
+    assert text.startswith("# Performance references calibrated by `hpckit references calibrate`")
+    assert "machine key" in text and "flags" in text and "torch" in text
+    refs = yaml.safe_load(text)["CosmoFlowCheck"]
+    assert refs["$index"] == ["$partition", "config", "framework"]
+    entry = refs["local:default"]["mini"]["pytorch"]
+    # time: median 1.0, largest deviation 10 % -> 2 x 10 % = 0.2 above; throughput: median
+    # 100, deviation 4 % -> 8 %, under the 10 % floor -> 0.1 below; equal epochs -> floor
+    assert entry["time_to_train"] == [1.0, None, 0.2, "min"]
+    assert entry["train_throughput"] == [100, -0.1, None, "samples/s"]
+    assert entry["epochs"] == [5, None, 0.1, "epochs"]
+
+
+def test_ceiling_and_too_few_runs(tmp_path):
+    logs = perflog(tmp_path / "p", runs([1.0, 3.0, 1.0], [100, 100, 100]))
+    out = tmp_path / "r.yaml"
+    assert run_hpckit("references", "calibrate", "--perflog", logs, "--out", out, "--ceiling", "0.4").returncode == 0
+    assert yaml.safe_load(out.read_text())["CosmoFlowCheck"]["local:default"]["mini"]["pytorch"]["time_to_train"][2] == 0.4
+    few = perflog(tmp_path / "few", runs([1.0, 1.0], [100, 100]))
+    proc = run_hpckit("references", "calibrate", "--perflog", few, "--out", tmp_path / "x.yaml")
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1
+    assert "2 figure(s), --min-runs 3 needed" in proc.stderr and not (tmp_path / "x.yaml").exists()
+
+
+def test_never_replaces_unasked(tmp_path):
+    logs = perflog(tmp_path / "p", runs([1.0, 1.0, 1.0], [100, 100, 100]))
+    out = tmp_path / "references.yaml"
+    out.write_text("# the site's own\n")
+    proc = run_hpckit("references", "calibrate", "--perflog", logs, "--out", out)
+    assert proc.returncode == 2 and "--replace" in proc.stderr and "Traceback" not in proc.stderr
+    assert out.read_text() == "# the site's own\n"
+    assert run_hpckit("references", "calibrate", "--perflog", logs, "--out", out, "--replace").returncode == 0
+    assert "CosmoFlowCheck" in out.read_text()
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--perflog", "/nonexistent/perflogs"], "no such file or directory"),
+    (["--min-runs", "0"], "--min-runs 0"),
+    (["--floor", "0.6", "--ceiling", "0.5"], "--floor 0.6"),
+    (["--factor", "0"], "--factor 0"),
+])
+def test_bad_options_are_one_line(tmp_path, args, message):
+    logs = perflog(tmp_path / "p", runs([1.0, 1.0, 1.0], [100, 100, 100]))
+    base = ["references", "calibrate", "--perflog", logs, "--out", tmp_path / "o.yaml"]
+    if args[0] == "--perflog":
+        base[3] = args[1]
+        args = []
+    proc = run_hpckit(*base, *args)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and message in proc.stderr, proc.stderr
+
+
+def test_garbled_perflog_names_the_file(tmp_path):
+    bad = tmp_path / "perflogs" / "local" / "default" / "CosmoFlowCheck.log"
+    bad.parent.mkdir(parents=True)
+    bad.write_text(HEADER + "\n" + "2026-11-22T10:00:00|pass|CosmoFlowCheck|only|four\n")
+    proc = run_hpckit("references", "calibrate", "--perflog", tmp_path / "perflogs", "--out", tmp_path / "o.yaml")
+    assert proc.returncode == 2 and str(bad) in proc.stderr and "line 2" in proc.stderr, proc.stderr
+
+
+def test_profile_uses_only_this_machines_references(tmp_path, capsys):
+    """site_common.machine_reference_prefix: the calibrated folder of THIS machine's key
+    when it holds references.yaml, else the profile folder (nothing judged) and one line
+    saying how to calibrate."""
+    from site_common import machine_reference_prefix
+    from hpckit.common.cores import machine_key
+    profile = tmp_path / "local"
+    (profile / "calibrated" / "another-machine-0000").mkdir(parents=True)
+    (profile / "calibrated" / "another-machine-0000" / "references.yaml").write_text("x: 1\n")
+    assert machine_reference_prefix(str(profile)) == str(profile)
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "make calibrate PROFILE=local" in err and machine_key() in err
+    mine = profile / "calibrated" / machine_key()
+    mine.mkdir()
+    (mine / "references.yaml").write_text("x: 1\n")
+    assert machine_reference_prefix(str(profile)) == str(mine)
+    assert capsys.readouterr().err == ""
