@@ -37,7 +37,10 @@ from __future__ import annotations
 import os
 import re
 import signal
+import socket
+import struct
 import sys
+import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
@@ -324,6 +327,9 @@ class TFComm(Comm):
         workers = [f"{host(r)}:{ranks.master_port + 1 + r % ranks.local_size}" for r in range(ranks.size)]
         os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
                                               "task": {"type": "worker", "index": ranks.rank}})
+        # MultiWorkerMirroredStrategy() waits for every worker for ever, deaf to SIGTERM
+        # while it blocks in C++: meet first, on the rendezvous port, under the timeout
+        rendezvous(ranks, timeout_s, "tf.distribute")
         import tensorflow as tf
         self.tf = tf
         options = tf.distribute.experimental.CommunicationOptions(
@@ -356,6 +362,67 @@ class TFComm(Comm):
 
     def barrier(self, timeout_s=None):
         self.allreduce_sum([0.0])
+
+
+def rendezvous(ranks: Ranks, timeout_s: float, what: str) -> None:
+    """All ranks meet at master_addr:master_port within timeout_s, or each says in one line
+    (KitError) who did not come: rank 0 listens, every other rank connects and sends its
+    number, rank 0 answers all of them once everyone is there. For communicators whose own
+    start-up waits without a deadline (tf.distribute)."""
+    where = f"{what} rendezvous at {ranks.master_addr}:{ranks.master_port} (rank {ranks.rank} of {ranks.size})"
+    deadline = time.monotonic() + timeout_s
+    family = socket.AF_INET6 if ":" in ranks.master_addr else socket.AF_INET
+
+    def left() -> float:
+        return max(0.01, deadline - time.monotonic())
+
+    if ranks.rank == 0:
+        try:
+            server = socket.create_server(("", ranks.master_port), family=family)
+        except OSError as e:
+            raise KitError(f"{where} failed: cannot listen on port {ranks.master_port} ({e.strerror}); "
+                           "set MASTER_PORT to a free port") from None
+        peers: dict[int, socket.socket] = {}
+        try:
+            while len(peers) < ranks.size - 1 and time.monotonic() < deadline:
+                server.settimeout(left())
+                try:
+                    conn, _ = server.accept()
+                    conn.settimeout(left())
+                    peers[struct.unpack("!i", conn.recv(4, socket.MSG_WAITALL))[0]] = conn
+                except (OSError, struct.error):
+                    continue
+            missing = [r for r in range(1, ranks.size) if r not in peers]
+            if missing:
+                shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
+                raise KitError(f"{where} failed: {len(missing)} of {ranks.size} ranks did not arrive within "
+                               f"{timeout_s:g} s (--collective-timeout): rank {shown}")
+            for conn in peers.values():
+                conn.sendall(b"go")
+        finally:
+            for conn in peers.values():
+                conn.close()
+            server.close()
+        return
+    while True:
+        try:
+            conn = socket.create_connection((ranks.master_addr, ranks.master_port), timeout=left())
+            break
+        except OSError:
+            if time.monotonic() >= deadline:
+                raise KitError(f"{where} failed: rank 0 was not reachable within {timeout_s:g} s "
+                               "(--collective-timeout)") from None
+            time.sleep(0.2)
+    try:
+        conn.settimeout(left())
+        conn.sendall(struct.pack("!i", ranks.rank))
+        if conn.recv(2, socket.MSG_WAITALL) != b"go":
+            raise OSError("rank 0 closed the connection")
+    except OSError as e:
+        raise KitError(f"{where} failed: not every rank arrived within {timeout_s:g} s "
+                       f"(--collective-timeout): {e}") from None
+    finally:
+        conn.close()
 
 
 def _url_host(host: str) -> str:
