@@ -93,7 +93,7 @@ def cell(row, cls):
 
 def kit_scores(tmp_path, *paths) -> list[dict]:
     js = tmp_path / f"score-{len(list(tmp_path.glob('score-*')))}.json"
-    proc = run_hpckit("score", *paths, "--json", js)
+    proc = run_hpckit("score", *paths, "--json", js, "--scaling", "strong")   # as the report takes them
     assert proc.returncode in (0, 1), proc.stderr
     return json.loads(js.read_text())["sets"]
 

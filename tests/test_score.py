@@ -48,7 +48,7 @@ def _line(t, key, value=None, etype="POINT_IN_TIME", prefix="", **meta):
 def write_log(path: Path, *, benchmark="cosmoflow", start=1_000_000, minutes=10.0,
               evals=(0.3, 0.2, 0.12), status="success", staging_before=False,
               eval_stop_type="INTERVAL_END", after_stop=(), prefix="", nodes=4,
-              instance=None, platform="synthetic") -> Path:
+              instance=None, platform="synthetic", acc=None) -> Path:
     metric = "eval_error" if benchmark == "cosmoflow" else "eval_accuracy"
     inst = {"instance": instance} if instance is not None else {}
     stop = start + int(minutes * 60000)
@@ -58,6 +58,8 @@ def write_log(path: Path, *, benchmark="cosmoflow", start=1_000_000, minutes=10.
         ("submission_platform", platform))]
     if nodes is not None:
         lines.append(_line(start - 90, "number_of_nodes", nodes, prefix=prefix))
+    if acc is not None:
+        lines.append(_line(start - 80, "accelerators_per_node", acc, prefix=prefix))
     if staging_before:
         lines += [_line(start - 50, "staging_start", etype="INTERVAL_START"),
                   _line(start - 10, "staging_stop", etype="INTERVAL_END")]
@@ -104,10 +106,11 @@ def test_each_run_time_matches_raw_lines(n):
 @needs_real
 def test_cli_published_set(tmp_path):
     out = tmp_path / "s.json"
-    proc = run_hpckit("score", SET, "--json", out)
+    proc = run_hpckit("score", SET, "--json", out, "--scaling", "strong")
     assert proc.returncode == 0, proc.stderr
     lines = proc.stdout.strip().splitlines()
-    assert lines[0].startswith("cosmoflow | org NVIDIA") and "nodes 16" in lines[0] and "10 runs" in lines[0]
+    assert lines[0].startswith("cosmoflow | org NVIDIA") and "nodes 16" in lines[0]
+    assert "10 runs (strong scaling, from --scaling)" in lines[0]
     assert lines[-1] == "score: 25.78 min (olympic mean of 8 of 10 runs)"
     assert sum(" converged yes " in ln for ln in lines) == 10
     data = json.loads(out.read_text())
@@ -146,12 +149,12 @@ def test_one_nonconverged_run_is_dropped_as_slowest(tmp_path):
     expected = sum(others[1:]) / len(others[1:])  # drop the fastest converged; bad run is the slowest
     assert round(expected, 2) != round(_olympic(times.values()), 2)
 
-    proc = run_hpckit("score", copy)
+    proc = run_hpckit("score", copy, "--scaling", "strong")
     assert proc.returncode == 0, proc.stderr
     assert f"  {fastest}  " in proc.stdout and "converged no" in proc.stdout
     last = proc.stdout.strip().splitlines()[-1]
     assert last.startswith(f"score: {expected:.2f} min (olympic mean of 8 of 10 runs")
-    sc = collect_sets([copy])[0]["score"]
+    sc = collect_sets([copy], scaling="strong")[0]["score"]
     assert sc["score_min"] == pytest.approx(expected)
     assert str(copy / fastest) in sc["dropped"]
 
@@ -162,7 +165,7 @@ def test_two_nonconverged_runs_invalid(tmp_path):
     shutil.copytree(SET, copy)
     _bad_evals(copy / "result_2.txt")
     _bad_evals(copy / "result_5.txt")
-    proc = run_hpckit("score", copy)
+    proc = run_hpckit("score", copy, "--scaling", "strong")
     assert proc.returncode == 1
     assert proc.stdout.strip().splitlines()[-1].startswith("score: invalid (2 runs did not converge")
 
@@ -204,7 +207,7 @@ def test_strong_set_of_synthetic_logs(tmp_path):
     d.mkdir()
     for i, m in enumerate((10.0, 12.0, 11.0, 20.0, 9.0), 1):
         write_log(d / f"result_{i}.txt", minutes=m, start=i * 10_000_000)
-    sets = collect_sets([d])
+    sets = collect_sets([d], scaling="strong")
     assert len(sets) == 1 and sets[0]["score"]["score_min"] == pytest.approx(11.0)
     assert strong_score([parse_log(d / "result_1.txt")] * 2)["reason"].startswith("2 run(s)")
 
@@ -212,13 +215,14 @@ def test_strong_set_of_synthetic_logs(tmp_path):
 def test_weak_scaling_set(tmp_path):
     d = tmp_path / "weak"
     d.mkdir()
-    for i in range(4):
-        write_log(d / f"result_{i}.txt", minutes=10.0 + i, start=1_000_000 + i * 60000, instance=i)
-    proc = run_hpckit("score", d)
+    for i in range(5):
+        write_log(d / f"result_{i}.txt", benchmark="deepcam", evals=(0.5, 0.83), minutes=10.0 + i,
+                  start=1_000_000 + i * 60000, instance=i, acc=4)
+    proc = run_hpckit("score", d, "--scaling", "weak")
     assert proc.returncode == 0, proc.stderr
-    # min start = 1_000_000, max stop = 1_000_000 + 3 min + 13 min
+    # min start = 1_000_000, max stop = 1_000_000 + 4 min + 14 min; scale = 4 nodes x 4 accelerators
     assert proc.stdout.strip().splitlines()[-1] == \
-        "score: time_to_train_all 16.00 min for 4 models, instance scale 4 nodes"
+        "score: 5 models, instance scale 16, time_to_train_all 18.00 min"
 
 
 def test_kit_written_logs_score(tmp_path):
@@ -232,6 +236,7 @@ def test_kit_written_logs_score(tmp_path):
         log.event(C.SUBMISSION_ORG, "hpckit")
         log.event(C.SUBMISSION_PLATFORM, "test")
         log.event(HPC.NUMBER_OF_NODES, 1)
+        log.event("hpckit_config", {"name": "mini"})   # what makes it the kit's own run
         log.start(C.RUN_START)
         log.event(HPC.EVAL_ERROR, 0.3, metadata={"epoch_num": 1})
         log.event(HPC.EVAL_ERROR, 0.1, metadata={"epoch_num": 2})
@@ -239,7 +244,8 @@ def test_kit_written_logs_score(tmp_path):
         log.close()
     proc = run_hpckit("score", d)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    assert "3 runs" in proc.stdout and proc.stdout.count("converged yes  epochs 2") == 3
+    assert "3 runs (strong scaling, from the kit's own runs)" in proc.stdout
+    assert proc.stdout.count("converged yes  epochs 2") == 3
     assert proc.stdout.strip().splitlines()[-1].startswith("score: 0.00 min (olympic mean of 1 of 3 runs")
 
 
@@ -254,14 +260,20 @@ def test_garbage_file_exit_2(tmp_path):
     assert len(err) == 1 and str(bad) in err[0] and "MLLOG" in err[0]
 
 
-def test_missing_run_stop_exit_2(tmp_path):
-    p = write_log(tmp_path / "result_1.txt")
+def test_unfinished_run_counts_as_not_converged(tmp_path):
+    """A log without run_stop (a killed run) is a run that did not converge: it is dropped
+    as the slowest and never stops the scoring of the others."""
+    for i, m in enumerate((10.0, 12.0, 11.0, 20.0, 9.0), 1):
+        write_log(tmp_path / f"result_{i}.txt", minutes=m, start=i * 10_000_000)
+    p = tmp_path / "result_4.txt"
     p.write_text("".join(ln + "\n" for ln in p.read_text().splitlines() if "run_stop" not in ln))
     with pytest.raises(KitError, match="no run_stop"):
         parse_log(p)
-    proc = run_hpckit("score", tmp_path)
-    err = proc.stderr.strip().splitlines()
-    assert proc.returncode == 2 and len(err) == 1 and str(p) in err[0] and "run_stop" in err[0]
+    proc = run_hpckit("score", tmp_path, "--scaling", "strong")
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "result_4.txt  - min  converged no  epochs ?  (no run_stop line (run unfinished?))" in proc.stdout
+    # 9 dropped as fastest, the unfinished one as slowest: mean of 10, 11, 12
+    assert proc.stdout.strip().splitlines()[-1].startswith("score: 11.00 min (olympic mean of 3 of 5 runs")
 
 
 def test_missing_path_and_empty_dir_exit_2(tmp_path):
@@ -269,3 +281,158 @@ def test_missing_path_and_empty_dir_exit_2(tmp_path):
     assert proc.returncode == 2 and "nope" in proc.stderr
     proc = run_hpckit("score", tmp_path)
     assert proc.returncode == 2 and str(tmp_path) in proc.stderr
+
+
+# ---- the submission layout, published rounds and the official summarizer ----
+
+V2 = REAL / "v2.0"
+# ../shared/real_logs/README.md: what mlperf_logging.result_summarizer (4.1.68, hpc 2.0.0) computes
+OFFICIAL_V2 = {
+    "HelmholtzAI/results/horeka_gpu_n512_pytorch1.13/strong/cosmoflow": 5.4943375,
+    "HelmholtzAI/results/horeka_gpu_n512_pytorch1.13/strong/deepcam": 4.566155556,
+    "NVIDIA/results/dgxa100_n64_pytorch/strong/cosmoflow": 3.792889583,
+    "NVIDIA/results/dgxa100_n256_pytorch/strong/deepcam": 1.572388889,
+    "tacc/results/longhorn-tf/strong/cosmoflow": 140.45283125,
+    "HelmholtzAI/results/horeka_gpu_n64_pytorch1.13/weak/deepcam": (8, 64, 23.9382333),
+    "HelmholtzAI/results/juwelsbooster_gpu_n128_pytorch1.13/weak/deepcam": (24, 128, 13.8340833),
+    "NVIDIA/results/dgxa100_n512_pytorch/weak/cosmoflow": (128, 32, 30.3805167),
+}
+needs_v2 = pytest.mark.skipif(not V2.is_dir(), reason=f"v2.0 result folders not present under {V2}")
+
+
+def _check_official(sc: dict, official) -> None:
+    assert sc["valid"], sc
+    if isinstance(official, tuple):
+        models, scale, minutes = official
+        assert sc["kind"] == "weak"
+        assert (sc["number_of_models"], sc["instance_scale"]) == (models, scale)
+        assert sc["time_to_train_all_min"] == pytest.approx(minutes, abs=1e-6)
+    else:
+        assert sc["kind"] == "strong" and sc["score_min"] == pytest.approx(official, abs=1e-6)
+
+
+@needs_v2
+@pytest.mark.parametrize("folder", sorted(OFFICIAL_V2))
+def test_v20_folder_gives_the_official_figure(folder):
+    sets = collect_sets([V2 / folder])
+    assert len(sets) == 1 and sets[0]["scaling_from"] == "layout"
+    _check_official(sets[0]["score"], OFFICIAL_V2[folder])
+
+
+@needs_v2
+def test_v20_tree_one_table_and_the_official_summarizer_agrees(tmp_path):
+    """The whole round at once (a folder of orgs), with the official checker per run, and
+    mlperf_logging's own result summarizer run on the same org folders: same figures."""
+    import contextlib
+    import io
+    import math
+    from mlperf_logging.result_summarizer import result_summarizer as rs
+    out = tmp_path / "scores.json"
+    proc = run_hpckit("score", V2, "--ruleset", "hpc-2.0.0", "--json", out, timeout=300)
+    assert proc.returncode == 0, proc.stdout[-2000:] + proc.stderr
+    table = proc.stdout[proc.stdout.index("submitter "):].splitlines()
+    assert len(table) == 1 + len(OFFICIAL_V2)
+    assert any(ln.split()[:4] == ["NVIDIA", "dgxa100_n64_pytorch", "cosmoflow", "strong"] and
+               ln.endswith("3.79 min") for ln in table)
+    data = json.loads(out.read_text())
+    kit = {str(Path(s["source"]).relative_to(V2)): s["score"] for s in data["sets"]}
+    assert set(kit) == set(OFFICIAL_V2)
+    for folder, official in OFFICIAL_V2.items():
+        _check_official(kit[folder], official)
+    compared = 0
+    for org in sorted(p for p in V2.iterdir() if (p / "results").is_dir()):
+        with contextlib.redirect_stdout(io.StringIO()):
+            strong, weak, *_ = rs.summarize_results(str(org), "hpc", "2.0.0")
+        for df, kind in ((strong, "strong"), (weak, "weak")):
+            if len(df) == 0:   # an org without weak scaling sets: an empty Summary, not a DataFrame
+                continue
+            for _, row in df.iterrows():
+                system = row["details_url"].rsplit("/", 1)[-1][:-len(".json")]
+                for bench in ("cosmoflow", "deepcam"):
+                    value = row.get(bench if kind == "strong" else f"{bench}:time_to_train_all")
+                    if value is None or (isinstance(value, float) and math.isnan(value)):
+                        continue
+                    sc = kit[f"{org.name}/results/{system}/{kind}/{bench}"]
+                    if kind == "strong":
+                        assert sc["score_min"] == pytest.approx(value, abs=1e-9)
+                    else:
+                        assert sc["time_to_train_all_min"] == pytest.approx(value, abs=1e-9)
+                        assert sc["number_of_models"] == row[f"{bench}:number_of_models"]
+                        assert sc["instance_scale"] == row[f"{bench}:instance_scale"]
+                    compared += 1
+    assert compared == len(OFFICIAL_V2)
+
+
+def _system(org: Path, name: str) -> Path:
+    (org / "systems").mkdir(parents=True, exist_ok=True)
+    (org / "systems" / f"{name}.json").write_text(json.dumps({"submitter": org.name, "system_name": name}))
+    return org / "results" / name
+
+
+def test_layout_decides_scaling_and_pruned_runs_do_not_count(tmp_path):
+    """Strong-scaling logs that carry instance metadata stay strong (the folder decides); a
+    pruned_results/ folder beside a weak set is not part of it; a weak instance that missed
+    the target or never finished is a model that does not count."""
+    org = tmp_path / "Org"
+    sysdir = _system(org, "box")
+    strong = sysdir / "strong" / "cosmoflow"
+    strong.mkdir(parents=True)
+    for i, m in enumerate((10.0, 12.0, 11.0), 1):
+        write_log(strong / f"result_{i}.txt", minutes=m, start=i * 10_000_000, instance=0, acc=4)
+    weak = sysdir / "weak" / "deepcam"
+    (weak / "pruned_results").mkdir(parents=True)
+    for i in range(7):
+        write_log(weak / f"result_{i}.txt", benchmark="deepcam", minutes=10.0, start=1_000_000 + i * 60000,
+                  instance=i, acc=4, evals=(0.5, 0.81 if i == 5 else 0.83))
+    p = weak / "result_6.txt"   # killed: no run_stop
+    p.write_text("".join(ln + "\n" for ln in p.read_text().splitlines() if "run_stop" not in ln))
+    write_log(weak / "pruned_results" / "result_9.txt", benchmark="deepcam", minutes=99.0, instance=9, acc=4,
+              start=1_000_000, evals=(0.83,))
+    out = tmp_path / "s.json"
+    proc = run_hpckit("score", org, "--json", out)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sets = {s["scaling"]: s for s in json.loads(out.read_text())["sets"]}
+    assert sets["strong"]["score"]["kind"] == "strong" and sets["strong"]["score"]["score_min"] == pytest.approx(11.0)
+    w = sets["weak"]["score"]
+    assert (w["number_of_models"], w["instance_scale"], w["valid"]) == (5, 16, True)
+    assert w["time_to_train_all_min"] == pytest.approx(14.0)   # instances 0..4: starts 0..4 min, 10 min each
+    assert len(sets["weak"]["runs"]) == 7   # pruned_results/ is not in the set
+    why = {r["name"]: r["why"] for r in sets["weak"]["runs"]}
+    assert why["result_5.txt"].startswith("target not reached") and "run_stop" in why["result_6.txt"]
+    assert "pruned_results: not runs of the set" in proc.stdout
+    assert re.search(r"\nOrg +box +deepcam +weak +7 +5 models, instance scale 16, time_to_train_all 14.00 min\n",
+                     proc.stdout), proc.stdout
+
+
+def test_weak_set_short_of_models_is_invalid(tmp_path):
+    weak = _system(tmp_path / "Org", "box") / "weak" / "deepcam"
+    weak.mkdir(parents=True)
+    for i in range(5):
+        write_log(weak / f"result_{i}.txt", benchmark="deepcam", instance=i, acc=4,
+                  evals=(0.5, 0.70 if i < 2 else 0.83))
+    proc = run_hpckit("score", weak)
+    assert proc.returncode == 1
+    assert "invalid (3 converged instance(s), at least 5 needed" in proc.stdout
+
+
+def test_bare_folder_needs_scaling_and_mixed_benchmarks_split(tmp_path):
+    for i in range(3):
+        write_log(tmp_path / f"result_c{i}.txt", minutes=10.0 + i, start=i * 10_000_000)
+        write_log(tmp_path / f"result_d{i}.txt", benchmark="deepcam", evals=(0.83,), minutes=5.0 + i,
+                  start=i * 10_000_000)
+    proc = run_hpckit("score", tmp_path)
+    err = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(err) == 1 and "cannot tell strong from weak scaling" in err[0]
+    assert str(tmp_path) in err[0] and "Traceback" not in proc.stderr
+    sets = collect_sets([tmp_path], scaling="strong")
+    assert sorted((s["benchmark"], len(s["runs"]), round(s["score"]["score_min"], 2)) for s in sets) == \
+        [("cosmoflow", 3, 11.0), ("deepcam", 3, 6.0)]
+
+
+def test_byte_identical_copies_make_the_set_invalid(tmp_path):
+    for i in range(3):
+        write_log(tmp_path / f"result_{i}.txt", minutes=10.0 + i, start=i * 10_000_000)
+    shutil.copy(tmp_path / "result_1.txt", tmp_path / "result_3.txt")
+    proc = run_hpckit("score", tmp_path, "--scaling", "strong")
+    assert proc.returncode == 1
+    assert "invalid (result_3.txt is a byte-identical copy of result_1.txt)" in proc.stdout

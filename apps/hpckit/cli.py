@@ -82,9 +82,17 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--config", default="mini",
                    help="with --ruleset mini: the training config whose target applies (default: mini)")
 
-    p = sub.add_parser("score", help="score MLPerf result sets (olympic mean; weak-scaling time_to_train_all)")
+    p = sub.add_parser("score", help="score MLPerf result sets as the official summarizer does "
+                                     "(strong: olympic mean; weak: models, instance scale, time_to_train_all)")
     p.add_argument("paths", nargs="+", metavar="PATH",
-                   help="result logs and/or directories (each directory: one set per benchmark and platform)")
+                   help="result logs and/or directories: a submission tree (<org>/results/<system>/"
+                        "strong|weak/<benchmark>/, or a folder of orgs), or a bare folder of logs")
+    p.add_argument("--scaling", choices=("strong", "weak"), default=None,
+                   help="for logs outside the submission layout: which scaling they are (the kit's own "
+                        "runs are strong scaling)")
+    p.add_argument("--ruleset", default=None, metavar="hpc-X.Y.Z",
+                   help="also run the official compliance checker on each log, as the summarizer does; "
+                        "a run it fails does not count")
     p.add_argument("--json", default=None, metavar="FILE", help="also write the scores as JSON")
 
     for name, (module, help_text) in TOOL_COMMANDS.items():

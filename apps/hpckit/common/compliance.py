@@ -244,19 +244,11 @@ def read_log(log: Path) -> LogInfo:
         raise KitError(f"log {log}: cannot read ({e.strerror})")
     if not data.strip():
         raise KitError(f"log {log}: file is empty")
-    # Read as the checker's parser does: latin-1 (never fails), universal newlines.
-    text = data.decode("latin-1").replace("\r\n", "\n").replace("\r", "\n")
+    from hpckit.results.logs import mllog_lines   # the project's one log reader
     info = LogInfo(mllog_lines=[])
-    for number, line in enumerate(text.split("\n"), start=1):
-        if TOKEN not in line:
-            continue
+    for number, record in mllog_lines(data):
         info.mllog_lines.append(number)
-        payload = line[line.rindex(TOKEN) + len(TOKEN):]
-        try:
-            record = json.loads(payload)
-        except ValueError:
-            continue
-        if not isinstance(record, dict):
+        if record is None:
             continue
         key, value = record.get("key"), record.get("value")
         if key == "submission_benchmark" and info.benchmark == "unknown" and isinstance(value, str) and value:
@@ -480,3 +472,27 @@ def main_check(args) -> int:
     passed, verdict = check_log(args.log, args.ruleset, getattr(args, "config", "mini") or "mini")
     print(verdict)
     return 0 if passed else 1
+
+
+def official_verdict(log: Path, ruleset: str) -> tuple[bool, str]:
+    """The official checker in this process, called as mlperf_logging's result summarizer
+    calls it (4.1.68, result_summarizer.py `_read_result_file`: make_checker(usage, ruleset,
+    quiet=True, werror=False), then mlp_compliance.main on `<usage>_<ruleset>/common.yaml`):
+    what `hpckit score --ruleset` uses to decide whether a run counts, at ~20 ms a log
+    instead of a subprocess each. Returns (passes, first message)."""
+    import logging
+    from mlperf_logging.compliance_checker import mlp_compliance
+    version = OFFICIAL_RULESETS[ruleset]
+    checker = mlp_compliance.make_checker("hpc", version, quiet=True, werror=False)
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.CRITICAL)   # the checker logs its findings; they come back below
+    try:
+        valid, *_ = mlp_compliance.main(str(log), f"hpc_{version}/common.yaml", checker)
+    except Exception as e:   # the checker's CCError or a rule that trips on an odd value
+        return False, (str(e).strip().splitlines() or [type(e).__name__])[0]
+    finally:
+        root.setLevel(level)
+    messages = [*checker.overwritable.values(), *checker.not_overwritable]
+    first = next((m.strip().splitlines()[0] for m in messages if m.strip()), "")
+    return bool(valid), first

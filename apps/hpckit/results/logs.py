@@ -1,9 +1,16 @@
-"""A tolerant parser for MLPerf result logs (`:::MLLOG {...}` lines).
+"""The project's one reader of MLPerf result logs (`:::MLLOG {...}` lines): score,
+package, report and check read logs through it (check hands the file to the official
+checker as well).
 
 Real logs carry quirks that a parser must survive: text before `:::MLLOG` (MPI rank
 prefixes), events after `run_stop`, staging before or after `run_start`, `eval_stop`
 logged as INTERVAL_START, 0-based epoch numbers, missing node counts. Convergence is
 judged only on events up to the first `run_stop` (in file order).
+
+`parse_log(path)` raises KitError on a log it cannot score (no run_start, no run_stop);
+`parse_log(path, strict=False)` returns it as a run that did not converge, with the reason
+in `problem`, as the official result summarizer drops such a run (a `pruned` or killed run
+in a published set is one).
 """
 
 from __future__ import annotations
@@ -38,8 +45,8 @@ class RunLog:
     status: str | None
     number_of_nodes: int | None
     accelerators_per_node: int | None
-    run_start_ms: int
-    run_stop_ms: int
+    run_start_ms: int | None
+    run_stop_ms: int | None
     run_stop_status: str | None
     converged: bool
     time_to_train_min: float
@@ -51,30 +58,41 @@ class RunLog:
     staging_start_ms: int | None
     staging_stop_ms: int | None
     instance: object | None
+    problem: str | None = None    # why this log cannot count (strict=False only)
 
     def to_dict(self) -> dict:
         return asdict(self)
 
 
-def _records(path: Path) -> list[dict]:
-    try:
-        text = path.read_bytes().decode("utf-8", errors="replace")
-    except OSError as e:
-        raise KitError(f"log {path}: cannot read ({e.strerror or e})") from None
-    out = []
-    for line in text.splitlines():
+def mllog_lines(data: bytes):
+    """(1-based line number, record or None) for every line holding the marker; None for a
+    line whose JSON is cut or mangled. Latin-1 and universal newlines, as the official
+    checker's parser reads (so line numbers agree with its messages)."""
+    text = data.decode("latin-1").replace("\r\n", "\n").replace("\r", "\n")
+    for number, line in enumerate(text.split("\n"), start=1):
         i = line.rfind(MARKER)
         if i < 0:
             continue
         try:
             rec = json.loads(line[i + len(MARKER):])
         except ValueError:
-            continue  # a truncated or mangled line: skip it
-        if isinstance(rec, dict) and isinstance(rec.get("key"), str):
-            out.append(rec)
+            yield number, None
+            continue
+        yield number, (rec if isinstance(rec, dict) and isinstance(rec.get("key"), str) else None)
+
+
+def _records(path: Path) -> list[dict]:
+    try:
+        data = path.read_bytes()
+    except OSError as e:
+        raise KitError(f"log {path}: cannot read ({e.strerror or e})") from None
+    out = [rec for _, rec in mllog_lines(data) if rec is not None]
     if not out:
         raise KitError(f"log {path}: no :::MLLOG lines, not an MLPerf result log")
     return out
+
+
+records = _records
 
 
 def _time(rec: dict, path: Path, key: str) -> int:
@@ -88,8 +106,40 @@ def _int_or_none(v):
     return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
 
 
-def parse_log(path: str | Path) -> RunLog:
-    path = Path(path)
+def parse_log(path: str | Path, strict: bool = True) -> RunLog:
+    if strict:
+        return _parse(Path(path))
+    try:
+        return _parse(Path(path))
+    except KitError as e:
+        fields = dict(path=str(path), benchmark=None, org=None, platform=None, division=None, status=None,
+                      number_of_nodes=None, accelerators_per_node=None, run_start_ms=None, run_stop_ms=None,
+                      run_stop_status=None, converged=False, time_to_train_min=float("nan"), epochs=None,
+                      metric=None, metric_value=None, target=None, target_reached=None, staging_start_ms=None,
+                      staging_stop_ms=None, instance=None, problem=str(e).split(": ", 1)[-1])
+        fields.update(_header(Path(path)))
+        return RunLog(**fields)
+
+
+def _header(path: Path) -> dict:
+    """What a log that cannot be scored still says about itself (benchmark, org, platform)."""
+    try:
+        recs = _records(path)
+    except KitError:
+        return {}
+    first = {}
+    for r in recs:
+        first.setdefault(r["key"], r.get("value"))
+    keys = {"benchmark": "submission_benchmark", "org": "submission_org", "platform": "submission_platform",
+            "division": "submission_division", "status": "submission_status"}
+    out = {k: str(first[v]) for k, v in keys.items() if first.get(v) is not None}
+    for k in ("number_of_nodes", "accelerators_per_node"):
+        if _int_or_none(first.get(k)) is not None:
+            out[k] = _int_or_none(first.get(k))
+    return out
+
+
+def _parse(path: Path) -> RunLog:
     recs = _records(path)
     start_i = next((i for i, r in enumerate(recs) if r["key"] == "run_start"), None)
     stop_i = next((i for i, r in enumerate(recs) if r["key"] == "run_stop"), None)

@@ -155,43 +155,34 @@ def run_facts(path: Path, origin: str) -> RunFacts:
     return f
 
 
-def _discover(arg: Path, what: str) -> list[Path]:
-    if arg.is_file():
-        return [arg]
-    if arg.is_dir():
-        if (arg / "mlperf.log").is_file():
-            return [arg / "mlperf.log"]
-        found = {p for p in arg.rglob("*") if p.is_file() and (
-            p.name == "mlperf.log" or (p.suffix == ".txt" and "result_" in p.name
-                                       and not p.name.endswith(".compliance.txt")))}
-        if not found:
-            raise KitError(f"{what} {arg}: no result logs (mlperf.log, *result_*.txt)")
-        return sorted(found, key=lambda p: str(p))
-    raise KitError(f"{what} {arg}: no such file or directory")
-
-
 def gather(args_paths: list[str], origin: str, seen: set) -> tuple[list[dict], dict]:
-    """Score the logs as sets (hpckit.results.score) and read each run's facts."""
-    from hpckit.results.score import collect_sets
+    """Score the logs as sets (hpckit.results.score: the same discovery and scores as
+    `hpckit score`; published logs outside the submission layout are taken as strong
+    scaling) and read each run's facts. A log reached twice (the same bytes in another
+    folder, or given as a site run and as a published one) is reported once."""
+    from hpckit.results.score import score_sets
 
-    files = []
-    for arg in args_paths:
-        for p in _discover(Path(arg), "run" if origin == "site" else "--published"):
-            digest = hashlib.sha256(p.read_bytes()).hexdigest()
-            if digest in seen:  # the same log reached twice (a copy in another folder)
-                continue
-            seen.add(digest)
-            files.append(p)
-    if not files:
+    if not args_paths:
         return [], {}
-    sets = collect_sets(files)
+    what = "run" if origin == "site" else "--published"
+    for arg in map(Path, args_paths):
+        if not arg.exists():
+            raise KitError(f"{what} {arg}: no such file or directory")
+    sets, _ = score_sets(args_paths, scaling="strong")
     facts = {}
     for s in sets:
+        kept = []
         for name, r in s["runs"]:
+            digest = hashlib.sha256(Path(r.path).read_bytes()).hexdigest()
+            if digest in seen or r.problem:
+                continue
+            seen.add(digest)
+            kept.append((name, r))
             f = run_facts(Path(r.path), origin)
             f.set_label = _set_label(s, origin)
             facts[r.path] = f
-    return sets, facts
+        s["runs"] = kept
+    return [s for s in sets if s["runs"]], facts
 
 
 def _set_label(s: dict, origin: str) -> str:
@@ -330,6 +321,7 @@ def _score_rows(sets: list[dict], origin: str) -> list[str]:
             + _cell(origin) + _cell(s["benchmark"]) + _cell(s["org"]) + _cell(s["platform"])
             + _cell(s["nodes"] if not isinstance(s["nodes"], list) else str(s["nodes"]), "{:d}")
             + _cell(len(s["runs"]), "{:d}") + _cell(sc["kind"])
+            + _cell(sc.get("number_of_models"), "{:d}", "models") + _cell(sc.get("instance_scale"), "{:d}", "scale")
             + _cell(value, "{:.2f}", "score") + _cell("yes" if sc["valid"] else f"no: {sc['reason']}", cls="valid")
             + f'<td class="label">{html.escape(label)}</td></tr>')
     return rows
@@ -414,7 +406,7 @@ def render_html(title, site_sets, pub_sets, facts, perf_rows, inputs) -> str:
         "the config a kit run logged (hpckit_config) for the kit's own runs.</p>",
         "<h2>Scores</h2>",
         _table("scores", ["origin", "benchmark", "org", "platform", "nodes", "runs", "scaling",
-                          "score (min)", "valid", "set"],
+                          "models", "instance scale", "score (min)", "valid", "set"],
                _score_rows(site_sets, "site") + _score_rows(pub_sets, "published")),
         "<h2>Time to solution</h2>",
         '<p class="note">Each run\'s time to train (run_start to run_stop) split into staging '
@@ -472,8 +464,8 @@ def main(args) -> int:
     atomic_write_json(out / "scores.json", {"site": to_json(site_sets), "published": to_json(pub_sets)})
     for s in site_sets + pub_sets:
         sc = s["score"]
-        v = sc.get("score_min") if sc["kind"] == "strong" else sc.get("time_to_train_all_min")
-        shown = f"{v:.2f} min" if v is not None else f"invalid ({sc['reason']})"
+        from hpckit.results.score import figure
+        shown = figure(sc) if sc["valid"] else f"invalid ({sc['reason']})"
         print(f"{s['benchmark']} | {s['org']} | {s['platform']} | {len(s['runs'])} runs | score {shown}")
     print(f"report -> {out / 'index.html'}")
     return 0

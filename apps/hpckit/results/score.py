@@ -1,14 +1,40 @@
-"""Scores of MLPerf HPC result sets.
+"""Scores of MLPerf HPC result sets, computed as the official result summarizer computes
+them (mlperf_logging 4.1.68, mlperf_logging/result_summarizer/result_summarizer.py; read
+for the rules below, nothing of it is reused but the compliance checker it calls).
 
-Strong scaling: time to train of each run (run_stop - run_start, minutes); drop the
-fastest and the slowest and take the arithmetic mean of the rest. One non-converged run
-counts as the slowest (it is the one dropped); two or more make the set invalid.
-Weak scaling (logs with metadata.instance): time_to_train_all = max(run_stop) -
-min(run_start) over the instances.
+Which sets, and strong or weak scaling: by the submission layout, as the summarizer decides
+(`_compute_strong_scaling_scores` reads `<system>/strong/<benchmark>/`,
+`_compute_weak_scaling_scores` `<system>/weak/<benchmark>/`); the v0.7/v1.0 layout
+`results/<system>/<benchmark>/` is strong scaling. A set is the `result_*.txt` directly in
+that folder (the summarizer's glob): folders beside them (`pruned_results/`, `power/`) are
+not runs of the set. A bare folder of logs outside that layout needs `--scaling`, except
+the kit's own runs (logs with `hpckit_config`), which are strong scaling; without either
+the kit says that it cannot tell. `--scaling` never overrides the layout. Logs are never asked (`instance` metadata is in strong
+scaling logs of v2.0 and later too).
+
+Which runs count: a run counts when it has run_start and run_stop, run_stop status
+success and the quality target reached, and, with `--ruleset hpc-X.Y.Z`, when the official
+compliance checker passes it (the summarizer's only test). A run that does not count is
+a non-converged run: an unfinished, killed, garbled or non-compliant log never stops the
+scoring of the others. Byte-identical copies of one log make the set invalid.
+
+Strong scaling (`_compute_strong_score_standalone`): the times to train (run_stop -
+run_start, minutes) of the runs that count, sorted; with d runs not counting (at most 1,
+else the set is invalid) drop the fastest and 1 - d of the slowest, mean of the rest,
+times the folder's scaling.json factor if any.
+Weak scaling (`_compute_weak_score_standalone`): number of models = the runs that count
+(at least the benchmark's result count, else invalid); instance scale = number_of_nodes x
+max(accelerators_per_node, 1) (`_query_instance_scale`: accelerators, or processors where
+a system has none), equal for every run; time_to_train_all = latest run_stop - earliest
+run_start over the runs that count.
 """
 
 from __future__ import annotations
 
+import hashlib
+import json
+import math
+import os
 import re
 import sys
 from pathlib import Path
@@ -16,58 +42,77 @@ from pathlib import Path
 from hpckit.common.errors import KitError
 from hpckit.results.logs import MARKER, RunLog, parse_log
 
-MIN_RUNS = 3
+BENCHMARKS = ("cosmoflow", "deepcam", "oc20", "openfold")
+# runs a set needs (mlperf_logging benchmark_meta.py, _ALL_RESULT_FILE_COUNTS['hpc'])
+RESULT_COUNTS = {"cosmoflow": 10, "deepcam": 5, "oc20": 5, "openfold": 10}
+PRUNED = "pruned_results"
 
 
-def strong_score(runs: list[RunLog]) -> dict:
-    n = len(runs)
+# ---- which runs count -------------------------------------------------------------------
+
+def judge(run: RunLog, verdict: tuple[bool, str] | None = None) -> tuple[bool, str]:
+    """(counts, why) for one run."""
+    if run.problem:
+        return False, run.problem
+    if run.run_stop_status != "success":
+        return False, f"run_stop status {run.run_stop_status or 'missing'}"
+    if run.target_reached is False:
+        return False, f"target not reached ({run.target})"
+    if verdict is not None and not verdict[0]:
+        return False, f"not compliant: {verdict[1] or 'the official checker failed it'}"
+    return True, "counts"
+
+
+def strong_score(runs: list[RunLog], counts: list[bool] | None = None, scaling_factor: float = 1.0) -> dict:
+    counts = [r.converged for r in runs] if counts is None else counts
+    good = sorted((r for r, c in zip(runs, counts) if c), key=lambda r: r.time_to_train_min)
+    dropped = len(runs) - len(good)
     out = {"kind": "strong", "valid": False, "score_min": None, "reason": None,
-           "runs_total": n, "runs_used": 0, "dropped": [], "non_converged": []}
-    bad = [r for r in runs if not r.converged]
-    out["non_converged"] = [r.path for r in bad]
-    if n < MIN_RUNS:
-        out["reason"] = f"{n} run(s), at least {MIN_RUNS} needed"
+           "runs_total": len(runs), "runs_used": 0, "dropped": [],
+           "non_converged": [r.path for r, c in zip(runs, counts) if not c], "scaling_factor": scaling_factor}
+    if dropped > 1:
+        out["reason"] = f"{dropped} runs did not converge (at most 1 allowed)"
         return out
-    if len(bad) >= 2:
-        out["reason"] = f"{len(bad)} runs did not converge (at most 1 allowed)"
+    kept = good[1:len(good) - (1 - dropped)]
+    if not kept:
+        out["reason"] = f"{len(runs)} run(s): nothing left after dropping the fastest and the slowest"
         return out
-    good = sorted((r for r in runs if r.converged), key=lambda r: r.time_to_train_min)
-    if bad:
-        fastest, slowest, kept = good[0], bad[0], good[1:]
-    else:
-        fastest, slowest, kept = good[0], good[-1], good[1:-1]
-    out.update(valid=True, runs_used=len(kept), dropped=[fastest.path, slowest.path],
-               score_min=sum(r.time_to_train_min for r in kept) / len(kept))
+    dropped_runs = [good[0].path] + ([good[-1].path] if dropped == 0 else out["non_converged"])
+    out.update(valid=True, runs_used=len(kept), dropped=dropped_runs,
+               score_min=sum(r.time_to_train_min for r in kept) / len(kept) * scaling_factor)
     return out
 
 
-def weak_score(runs: list[RunLog]) -> dict:
+def weak_score(runs: list[RunLog], counts: list[bool] | None = None, benchmark: str | None = None) -> dict:
+    counts = [r.converged for r in runs] if counts is None else counts
+    good = [r for r, c in zip(runs, counts) if c]
+    need = RESULT_COUNTS.get((benchmark or "").lower(), 1)
     out = {"kind": "weak", "valid": False, "reason": None, "time_to_train_all_min": None,
-           "number_of_models": len(runs), "instances": sorted({str(r.instance) for r in runs}),
-           "instance_scale_nodes": None, "non_converged": [r.path for r in runs if not r.converged]}
-    if not runs:
-        out["reason"] = "no runs"
+           "number_of_models": len(good), "runs_total": len(runs), "instance_scale": None,
+           "models_required": need, "non_converged": [r.path for r, c in zip(runs, counts) if not c]}
+    scales = {r.number_of_nodes * max(r.accelerators_per_node, 1) for r in good}
+    if len(scales) > 1:
+        out["reason"] = f"instances of different scales ({', '.join(map(str, sorted(scales)))})"
         return out
-    nodes = {r.number_of_nodes for r in runs}
-    if len(nodes) == 1 and None not in nodes:
-        out["instance_scale_nodes"] = nodes.pop()
-    start = min(r.run_start_ms for r in runs)
-    stop = max(r.run_stop_ms for r in runs)
-    out["time_to_train_all_min"] = (stop - start) / 60000.0
-    if out["non_converged"]:
-        out["reason"] = f"{len(out['non_converged'])} instance(s) did not converge"
+    if scales:
+        out["instance_scale"] = scales.pop()
+        out["time_to_train_all_min"] = (max(r.run_stop_ms for r in good) - min(r.run_start_ms for r in good)) / 60000.0
+    if len(good) < need:
+        out["reason"] = f"{len(good)} converged instance(s), at least {need} needed"
         return out
     out["valid"] = True
     return out
 
 
-def score_set(runs: list[RunLog]) -> dict:
-    if any(r.instance is not None for r in runs):
-        return weak_score(runs)
-    return strong_score(runs)
+def _judge_weak(run: RunLog, verdict) -> tuple[bool, str]:
+    ok, why = judge(run, verdict)
+    if ok and (run.number_of_nodes is None or run.accelerators_per_node is None):
+        # the summarizer drops such a run (_query_instance_scale raises ValueError)
+        return False, "no number_of_nodes or accelerators_per_node: instance scale unknown"
+    return ok, why
 
 
-# ---- collecting sets from paths ----
+# ---- finding sets -----------------------------------------------------------------------
 
 def _natural(p: Path):
     return [int(t) if t.isdigit() else t for t in re.split(r"(\d+)", str(p))]
@@ -82,88 +127,239 @@ def _is_mllog(p: Path) -> bool:
         return False
 
 
-def _dir_logs(d: Path) -> list[Path]:
-    found = {p for p in d.rglob("result_*.txt") if p.is_file()}
-    found |= {p for p in d.rglob("*.log") if p.is_file() and _is_mllog(p)}
-    return sorted(found, key=_natural)
+def _layout(d: Path) -> tuple[str, str] | None:
+    """(scaling, system) when d is a benchmark folder of the submission layout."""
+    if d.name.lower() not in BENCHMARKS:
+        return None
+    if d.parent.name in ("strong", "weak"):
+        return d.parent.name, d.parent.parent.name
+    if d.parent.parent.name == "results":
+        return "strong", d.parent.name
+    return None
 
 
-def collect_sets(paths: list[str | Path]) -> list[dict]:
-    """Each directory's logs form one set per (benchmark, platform); loose files are
-    grouped together by (benchmark, org, platform)."""
+def _walk(root: Path):
+    """Directories under root (root included), sorted, skipping hidden ones."""
+    for dirpath, dirnames, _ in os.walk(root):
+        dirnames[:] = sorted(n for n in dirnames if not n.startswith("."))
+        yield Path(dirpath), dirnames
+
+
+def _org_of(bench_dir: Path) -> Path | None:
+    """<org> of <org>/results/<system>/[strong|weak/]<benchmark>, when the layout is whole."""
+    system = bench_dir.parent.parent if bench_dir.parent.name in ("strong", "weak") else bench_dir.parent
+    return system.parent.parent if system.parent.name == "results" else None
+
+
+def find_sets(paths: list[str | Path], scaling: str | None = None) -> tuple[list[dict], list[str]]:
+    """The result sets under the paths, and notes on what was left out."""
     sets: list[dict] = []
-    loose: dict[tuple, list] = {}
+    notes: list[str] = []
+    loose: list[Path] = []
     for arg in map(Path, paths):
-        if arg.is_dir():
-            logs = _dir_logs(arg)
-            if not logs:
-                raise KitError(f"directory {arg}: no result logs (result_*.txt, *.log)")
-            groups: dict[tuple, list] = {}
-            for p in logs:
-                run = parse_log(p)
-                groups.setdefault((run.benchmark, run.platform), []).append(
-                    (str(p.relative_to(arg)), run))
-            sets += [{"source": str(arg), "runs": v} for v in groups.values()]
-        elif arg.is_file():
-            run = parse_log(arg)
-            loose.setdefault((run.benchmark, run.org, run.platform), []).append((arg.name, run))
-        else:
+        if arg.is_file():
+            loose.append(arg)
+            continue
+        if not arg.is_dir():
             raise KitError(f"{arg}: no such file or directory")
-    sets += [{"source": None, "runs": v} for v in loose.values()]
+        laid_out, found = [], []
+        for d, sub in _walk(arg):
+            where = _layout(d)
+            logs = sorted((p for p in d.glob("result_*.txt") if p.is_file()), key=_natural)
+            if PRUNED in sub:
+                sub.remove(PRUNED)
+                notes.append(f"{d / PRUNED}: " + ("not runs of the set (the summarizer reads the result_*.txt "
+                                                  "beside it only)" if where and logs else
+                                                  "left out (runs a submission pruned)"))
+            if where and logs:
+                scale_kind, system = where
+                laid_out.append({"source": str(d), "scaling": scale_kind, "scaling_from": "layout",
+                                 "system": system, "layout_benchmark": d.name.lower(),
+                                 "org_dir": _org_of(d), "logs": logs})
+                sub[:] = []   # a set's subfolders (power/, ...) are not runs of it
+                continue
+            # outside the layout: also logs named as in ../real_logs (<round>__..__result_N.txt) and
+            # the kit's own mlperf.log (any *.log holding MLPerf lines)
+            found += [p for p in sorted(d.iterdir(), key=_natural) if p.is_file() and (
+                (p.suffix == ".txt" and "result_" in p.name and not p.name.endswith(".compliance.txt"))
+                or (p.suffix == ".log" and _is_mllog(p)))]
+        if not laid_out and not found:
+            raise KitError(f"directory {arg}: no result logs (result_*.txt, *.log)")
+        sets += laid_out
+        loose += found
+    if loose:
+        sets += _bare_sets(loose, scaling)
+    return sets, notes
+
+
+def _bare_sets(files: list[Path], scaling: str | None) -> list[dict]:
+    runs = {p: parse_log(p, strict=False) for p in files}
+    for p, r in runs.items():
+        if r.problem and r.problem.startswith("no :::MLLOG") and len(files) == 1:
+            raise KitError(f"log {p}: {r.problem}")
+    kind, source = scaling, "--scaling"
+    if kind is None:
+        kit = all(_is_kit_log(p) for p in files)
+        if not kit:
+            where = os.path.commonpath([str(p.parent) for p in files])
+            raise KitError(f"{where}: cannot tell strong from weak scaling: put the logs in the submission "
+                           "layout (<system>/strong/<benchmark>/ or <system>/weak/<benchmark>/) or pass "
+                           "--scaling strong|weak")
+        kind, source = "strong", "the kit's own runs"
+    groups: dict[tuple, list[Path]] = {}
+    for p in files:
+        r = runs[p]
+        groups.setdefault((r.benchmark, r.platform), []).append(p)
+    common = os.path.commonpath([str(p.parent) for p in files])
+    return [{"source": common, "scaling": kind, "scaling_from": source, "system": None,
+             "layout_benchmark": None, "org_dir": None, "logs": g, "parsed": runs} for g in groups.values()]
+
+
+def _is_kit_log(p: Path) -> bool:
+    try:
+        with open(p, "rb") as f:
+            return b'"key": "hpckit_config"' in f.read(1 << 16)
+    except OSError:
+        return False
+
+
+def _system_desc(org_dir: Path | None, system: str | None) -> dict:
+    if org_dir is None or system is None:
+        return {}
+    f = org_dir / "systems" / f"{system}.json"
+    try:
+        return json.loads(f.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+
+
+def _scaling_factor(folder: Path) -> float:
+    f = folder / "scaling.json"
+    if not f.is_file():
+        return 1.0
+    try:
+        value = float(json.loads(f.read_text())["scaling_factor"])
+    except (OSError, ValueError, KeyError, TypeError):
+        raise KitError(f"{f}: no numeric scaling_factor") from None
+    if not math.isfinite(value) or value <= 0:
+        raise KitError(f"{f}: scaling_factor {value} is not a positive number")
+    return value
+
+
+def score_sets(paths: list[str | Path], scaling: str | None = None, ruleset: str | None = None) -> tuple[list[dict], list[str]]:
+    if scaling not in (None, "strong", "weak"):
+        raise KitError(f"--scaling {scaling}: choose strong or weak")
+    verdict = None
+    if ruleset is not None:
+        from hpckit.common.compliance import OFFICIAL_RULESETS, official_verdict
+        if ruleset not in OFFICIAL_RULESETS:
+            raise KitError(f"--ruleset {ruleset}: choose one of {', '.join(OFFICIAL_RULESETS)}")
+        verdict = lambda p: official_verdict(p, ruleset)   # noqa: E731
+    sets, notes = find_sets(paths, scaling)
     for s in sets:
-        runs = [r for _, r in s["runs"]]
-        head = runs[0]
+        parsed = s.pop("parsed", {})
+        runs = [parsed.get(p) or parse_log(p, strict=False) for p in s["logs"]]
+        rel = Path(s["source"]) if s["source"] else None
+        names = [str(p.relative_to(rel)) if rel and p.is_relative_to(rel) else str(p) for p in s["logs"]]
+        judged = []
+        for p, r in zip(s["logs"], runs):
+            v = verdict(p) if verdict is not None and not r.problem else None
+            judged.append((_judge_weak if s["scaling"] == "weak" else judge)(r, v))
+        counts = [ok for ok, _ in judged]
+        head = next((r for r in runs if r.benchmark), runs[0])
+        benchmark = s["layout_benchmark"] or (head.benchmark.lower() if head.benchmark else None)
+        desc = _system_desc(s["org_dir"], s["system"])
         nodes = sorted({r.number_of_nodes for r in runs if r.number_of_nodes is not None})
-        s.update(benchmark=head.benchmark, org=head.org, platform=head.platform,
-                 nodes=nodes[0] if len(nodes) == 1 else (nodes or None),
-                 score=score_set(runs))
-    return sets
+        s.update(runs=list(zip(names, runs)), why=[w for _, w in judged], counts=counts,
+                 benchmark=benchmark, org=desc.get("submitter") or (s["org_dir"].name if s["org_dir"] else head.org),
+                 platform=s["system"] or head.platform, nodes=nodes[0] if len(nodes) == 1 else (nodes or None))
+        if s["scaling"] == "weak":
+            s["score"] = weak_score(runs, counts, benchmark)
+        else:
+            s["score"] = strong_score(runs, counts, _scaling_factor(Path(s["source"])) if s["system"] else 1.0)
+        digests: dict[str, str] = {}
+        for name, p in zip(names, s["logs"]):
+            d = hashlib.sha256(p.read_bytes()).hexdigest()
+            if d in digests:
+                s["score"].update(valid=False, reason=f"{name} is a byte-identical copy of {digests[d]}")
+                break
+            digests[d] = name
+    return sets, notes
 
 
-def _fmt_score(sc: dict, names: dict) -> str:
-    if not sc["valid"] and sc["kind"] == "strong":
-        return f"score: invalid ({sc['reason']})"
+def collect_sets(paths: list[str | Path], scaling: str | None = None, ruleset: str | None = None) -> list[dict]:
+    return score_sets(paths, scaling, ruleset)[0]
+
+
+# ---- output -----------------------------------------------------------------------------
+
+def figure(sc: dict) -> str:
     if sc["kind"] == "strong":
-        text = (f"score: {sc['score_min']:.2f} min (olympic mean of {sc['runs_used']} "
-                f"of {sc['runs_total']} runs")
+        return f"{sc['score_min']:.2f} min" if sc["score_min"] is not None else "-"
+    if sc["time_to_train_all_min"] is None:
+        return f"{sc['number_of_models']} models"
+    return (f"{sc['number_of_models']} models, instance scale {sc['instance_scale']}, "
+            f"time_to_train_all {sc['time_to_train_all_min']:.2f} min")
+
+
+def _fmt_score(s: dict) -> str:
+    sc = s["score"]
+    if sc["kind"] == "strong":
+        if not sc["valid"]:
+            return f"score: invalid ({sc['reason']})"
+        text = f"score: {sc['score_min']:.2f} min (olympic mean of {sc['runs_used']} of {sc['runs_total']} runs"
         if sc["non_converged"]:
+            names = {r.path: n for n, r in s["runs"]}
             text += f"; non-converged {names[sc['non_converged'][0]]} counted as slowest"
+        if sc["scaling_factor"] != 1.0:
+            text += f"; scaling.json factor {sc['scaling_factor']:g}"
         return text + ")"
-    scale = (f", instance scale {sc['instance_scale_nodes']} nodes"
-             if sc["instance_scale_nodes"] is not None else "")
-    body = (f"time_to_train_all {sc['time_to_train_all_min']:.2f} min for "
-            f"{sc['number_of_models']} models{scale}")
+    body = figure(sc)
     return f"score: {body}" if sc["valid"] else f"score: invalid ({sc['reason']}; {body})"
 
 
-def format_sets(sets: list[dict]) -> list[str]:
+def format_sets(sets: list[dict], notes: list[str] = ()) -> list[str]:
     lines = []
     for s in sets:
         nodes = s["nodes"] if s["nodes"] is not None else "?"
-        kind = s["score"]["kind"]
-        lines.append(f"{s['benchmark']} | org {s['org']} | platform {s['platform']} | "
-                     f"nodes {nodes} | {len(s['runs'])} runs ({kind} scaling)")
-        names = {r.path: name for name, r in s["runs"]}
-        for name, r in s["runs"]:
+        lines.append(f"{s['benchmark']} | org {s['org']} | platform {s['platform']} | nodes {nodes} | "
+                     f"{len(s['runs'])} runs ({s['score']['kind']} scaling, from {s['scaling_from']})")
+        for (name, r), ok, why in zip(s["runs"], s["counts"], s["why"]):
             ep = r.epochs if r.epochs is not None else "?"
-            inst = f"  instance {r.instance}" if r.instance is not None else ""
-            lines.append(f"  {name}  {r.time_to_train_min:.2f} min  converged "
-                         f"{'yes' if r.converged else 'no'}  epochs {ep}{inst}")
-        lines.append(_fmt_score(s["score"], names))
+            ttt = f"{r.time_to_train_min:.2f} min" if r.problem is None else "- min"
+            inst = f"  instance {r.instance}" if r.instance is not None and s["scaling"] == "weak" else ""
+            lines.append(f"  {name}  {ttt}  converged {'yes' if ok else 'no'}  epochs {ep}{inst}"
+                         + ("" if ok else f"  ({why})"))
+        lines.append(_fmt_score(s))
+    lines += [f"note: {n}" for n in notes]
+    if len(sets) > 1:
+        lines += [""] + table(sets)
     return lines
+
+
+def table(sets: list[dict]) -> list[str]:
+    rows = [("submitter", "system", "benchmark", "scaling", "runs", "score")]
+    for s in sorted(sets, key=lambda s: (str(s["org"]), str(s["platform"]), str(s["benchmark"]), s["scaling"])):
+        sc = s["score"]
+        rows.append((str(s["org"]), str(s["platform"]), str(s["benchmark"]), sc["kind"], str(len(s["runs"])),
+                     figure(sc) if sc["valid"] else f"invalid ({sc['reason']})"))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return ["  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows]
 
 
 def to_json(sets: list[dict]) -> dict:
     return {"valid": all(s["score"]["valid"] for s in sets),
             "sets": [{"benchmark": s["benchmark"], "org": s["org"], "platform": s["platform"],
+                      "system": s["system"], "scaling": s["scaling"], "scaling_from": s["scaling_from"],
                       "nodes": s["nodes"], "source": s["source"], "score": s["score"],
-                      "runs": [{"name": n, **r.to_dict()} for n, r in s["runs"]]}
+                      "runs": [{"name": n, "counts": ok, "why": why, **r.to_dict()}
+                               for (n, r), ok, why in zip(s["runs"], s["counts"], s["why"])]}
                      for s in sets]}
 
 
 def main_score(args) -> int:
-    sets = collect_sets(args.paths)
-    print("\n".join(format_sets(sets)))
+    sets, notes = score_sets(args.paths, getattr(args, "scaling", None), getattr(args, "ruleset", None))
+    print("\n".join(format_sets(sets, notes)))
     if args.json:
         from hpckit.common.fileio import atomic_write_json
         try:
