@@ -179,3 +179,25 @@ def test_horovod_two_ranks_under_mpirun(mini_data, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["converged"] is True and summary["dist"] == "horovod", summary
     assert summary["replicas_in_sync"] is True and summary["global_batch_size"] == 8
+
+
+def test_three_ranks_on_a_training_set_not_divisible_by_three(deepcam_data, tmp_path):
+    """238 training samples over 3 ranks with local batch 8: a plain rank::size shard gives
+    80, 79, 79 samples, so rank 0 would take 10 steps and the others 9, and wait in an
+    all-reduce that no other rank joins. Shared equally: 72 samples (9 steps) on every
+    rank, 22 dropped, and the epoch ends on every rank together."""
+    need("mpirun")
+    out = tmp_path / "out"
+    hpckit = [sys.executable, "-m", "hpckit", "train", "deepcam", "--data", str(deepcam_data), "--config", "mini",
+              "--output-dir", str(out), "--seed", "1", "--set", "train.n_epochs=1", "--set", "data.n_train=238"]
+    env = {**os.environ, **ROOT_ENV, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(["mpirun", "-np", "3", "--oversubscribe", "--bind-to", "none", "-x", "PATH", "-x",
+                           "PYTHONPATH", "-x", f"MASTER_PORT={free_port()}", *hpckit],
+                          cwd=REPO, env=env, text=True, capture_output=True, timeout=TRAIN_TIMEOUT_S)
+    events = mllog(out / "mlperf.log")
+    assert first(events, "hpckit_train_share")["value"] == {"samples_per_rank": 72, "dropped_samples": 22}, \
+        proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert first(events, "hpckit_config")["value"]["ranks"] == 3
+    assert sum(e["value"] for e in events if e["key"] == "throughput") > 0
+    assert [e["key"] for e in events].count("epoch_stop") == 1 and events[-1]["key"] == "run_stop"
+    assert json.loads((out / "summary.json").read_text())["replicas_in_sync"] is True

@@ -42,6 +42,32 @@ def replicas_agree(comm, fingerprint: float) -> tuple[bool, float, float]:
     return spread <= 1e-9 * max(1.0, abs(mean)), mean, spread
 
 
+def equal_train_split(split, ranks: Ranks, unit: int, config_key: str = "data.batch_size"):
+    """The training files every rank can take an equal, whole number of steps from: the
+    first `ranks.size * k * unit` of them (unit = local batch x accumulation), the remainder
+    dropped, as the reference's DistributedSampler(drop_last=True) drops it
+    (mlcommons/hpc@2c627d4 deepcam/src/deepCam/data/__init__.py:31-42). Without it, 121,266
+    samples over 2,048 ranks give 434 ranks 60 samples and 1,614 ranks 59, and the ranks
+    disagree on the number of steps: DDP's all-reduces pair up wrongly or hang.
+    Returns (split, samples each rank trains on per epoch, samples dropped)."""
+    per_rank = len(split) // ranks.size // unit * unit
+    if per_rank == 0:
+        raise KitError(f"config key '{config_key}': a rank's step takes {unit} samples, more than its share of "
+                       f"the {len(split)} training samples over {ranks.size} ranks")
+    keep = per_rank * ranks.size
+    return split.subset(range(keep)), per_rank, len(split) - keep
+
+
+def check_equal_steps(comm, steps: int) -> None:
+    """Every rank will take the same number of training steps per epoch, or none starts:
+    a rank count that does not spread evenly over the nodes (the shares are taken per node,
+    then per rank) would otherwise hang the first collective of an epoch."""
+    agree, mean, _ = replicas_agree(comm, float(steps))
+    if not agree:
+        raise KitError(f"ranks disagree on the number of training steps per epoch (this rank {steps}, mean "
+                       f"{mean:g}): launch the same number of ranks on every node")
+
+
 def node_share(split, ranks: Ranks):
     """The files this node stages: every `nodes`-th file from the node's index."""
     return split.shard(ranks.node, ranks.nodes)

@@ -19,7 +19,8 @@ from hpckit.common.errors import KitError
 from hpckit.common.mllog import HPC, C
 from hpckit.common.native_log import divert_native_stderr
 from hpckit.common.fileio import ensure_writable_dir
-from hpckit.common.run import MLPerfRun, Quality, diagnosed, launch, node_share, rank_share
+from hpckit.common.run import (MLPerfRun, Quality, check_equal_steps, diagnosed, equal_train_split, launch,
+                               node_share, rank_share)
 from hpckit.cosmoflow import BENCHMARK, data
 from hpckit.cosmoflow.model_spec import validate_model_config
 
@@ -258,13 +259,14 @@ def train(args) -> int:
     launched = launch(args, args.framework, cfg)
     ranks, comm = launched.ranks, launched.comm
     global_batch = cfg["data"]["batch_size"] * ranks.size
-    if cfg["data"]["n_train"] % global_batch:
-        raise KitError(f"config key 'data.n_train': {cfg['data']['n_train']} is not divisible by the global "
-                       f"batch {global_batch}")
     if cfg["data"]["n_valid"] % ranks.size:
         raise KitError(f"config key 'data.n_valid': {cfg['data']['n_valid']} is not divisible by "
                        f"{ranks.size} ranks")
     files = data.find_dataset(args.data, cfg["data"]["n_train"], cfg["data"]["n_valid"])
+    # the reference refuses a sample count not divisible by the global batch
+    # (mlcommons/hpc@2c627d4 cosmoflow/data/cosmo.py:95-99); the kit drops the remainder
+    # instead, as DeepCAM's reference does, and logs it (hpckit_train_share)
+    files["train"], per_rank, dropped = equal_train_split(files["train"], ranks, cfg["data"]["batch_size"])
     quality = Quality(HPC.EVAL_ERROR, cfg["train"]["target_mae"], higher_is_better=False)
 
     with MLPerfRun(benchmark=BENCHMARK, framework=args.framework, cfg=cfg, launched=launched,
@@ -279,6 +281,8 @@ def train(args) -> int:
         if staged is not None:
             on_node = {name: s.relocated(staged[name]) for name, s in on_node.items()}
         shares = {name: rank_share(s, ranks) for name, s in on_node.items()}
+        check_equal_steps(comm, len(shares["train"]) // cfg["data"]["batch_size"])
+        run.log.event("hpckit_train_share", {"samples_per_rank": per_rank, "dropped_samples": dropped})
         train_data, valid_data = backend.loaders(shares)
 
         def train_epoch(epoch: int) -> tuple[int, float]:

@@ -16,7 +16,8 @@ from hpckit.common import optim, precision
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import KitError
 from hpckit.common.mllog import C
-from hpckit.common.run import MLPerfRun, Quality, diagnosed, launch, node_share, rank_share
+from hpckit.common.run import (MLPerfRun, Quality, check_equal_steps, diagnosed, equal_train_split, launch,
+                               node_share, rank_share)
 from hpckit.deepcam import BENCHMARK, data
 from hpckit.deepcam.model import build_model, validate_model_config
 
@@ -139,6 +140,8 @@ def train(args) -> int:
     accumulate = cfg["train"]["gradient_accumulation_frequency"]
     global_batch = cfg["data"]["batch_size"] * ranks.size * accumulate
     files = data.find_dataset(args.data, cfg["data"]["n_train"], cfg["data"]["n_valid"])
+    unit = cfg["data"]["batch_size"] * accumulate   # samples of one optimizer step on one rank
+    files["train"], per_rank, dropped = equal_train_split(files["train"], ranks, unit)
     stats = data.load_stats(args.data, cfg["data"]["n_channels"])
     quality = Quality(EVAL_ACCURACY, cfg["train"]["target_iou"], higher_is_better=True)
 
@@ -154,6 +157,8 @@ def train(args) -> int:
         if staged is not None:
             on_node = {name: s.relocated(staged[name]) for name, s in on_node.items()}
         shares = {name: rank_share(s, ranks) for name, s in on_node.items()}
+        check_equal_steps(comm, len(shares["train"]) // unit)
+        run.log.event("hpckit_train_share", {"samples_per_rank": per_rank, "dropped_samples": dropped})
         loaders = {name: data.torch_loader(s, stats, cfg, train=name == "train", seed=launched.seed)
                    for name, s in shares.items()}
 

@@ -1,0 +1,71 @@
+"""Every rank takes the same number of training steps per epoch, whatever the rank count:
+the real share functions (common/run.py) on the real dataset sizes, for 1 to 4,096 ranks.
+The splits here are index ranges (slicing a range is O(1)), shaped like the kit's SplitFiles
+and DeepCamFiles: subset() and shard() as they define them."""
+
+from __future__ import annotations
+
+import pytest
+
+from hpckit.common.dist import Ranks
+from hpckit.common.errors import KitError
+from hpckit.common.run import equal_train_split, node_share, rank_share
+from hpckit.cosmoflow.data import SplitFiles
+from hpckit.deepcam.data import DeepCamFiles
+
+
+class RangeSplit:
+    def __init__(self, r: range):
+        self.r = r
+
+    def __len__(self):
+        return len(self.r)
+
+    def subset(self, indices):
+        return RangeSplit(self.r[indices.start:indices.stop:indices.step])
+
+    def shard(self, rank, size):   # as SplitFiles.shard and DeepCamFiles.shard: every size-th from rank
+        return self.subset(range(rank, len(self.r), size))
+
+
+def test_range_split_shards_as_the_kit_splits_do():
+    files = [f"f{i}" for i in range(103)]
+    for real in (SplitFiles("train", "tfrecord", files, [], "GZIP"), DeepCamFiles("train", files)):
+        for rank, size in ((0, 1), (2, 7), (6, 7), (1, 3)):
+            assert real.shard(rank, size).files == [files[i] for i in RangeSplit(range(103)).shard(rank, size).r]
+        assert real.subset(range(50)).files == files[:50]
+
+
+# (benchmark, training samples of the real dataset, local batch x accumulation of the reference config)
+REAL = [("cosmoflow", 524_288, 4), ("deepcam", 121_266, 2)]
+
+
+@pytest.mark.parametrize("benchmark, n_train, unit", REAL)
+def test_equal_steps_on_every_rank_for_1_to_4096_ranks(benchmark, n_train, unit):
+    for size in range(1, 4097):
+        local = next(l for l in (8, 4, 2, 1) if size % l == 0)   # ranks per node: the launcher's block layout
+        nodes = size // local
+        split, per_rank, dropped = equal_train_split(RangeSplit(range(n_train)), Ranks(size=size), unit)
+        assert per_rank % unit == 0 and 0 <= dropped < size * unit and per_rank * size + dropped == n_train
+        taken = set()
+        for rank in sorted({0, size - 1, size // 2, local - 1}):
+            r = Ranks(rank=rank, size=size, local_rank=rank % local, local_size=local, node=rank // local, nodes=nodes)
+            mine = rank_share(node_share(split, r), r)
+            assert len(mine) == per_rank, (benchmark, size, rank, len(mine), per_rank)
+            assert not taken & set(mine.r[:3]), "two ranks read the same file"
+            taken |= set(mine.r[:3])
+
+
+def test_the_2048_rank_deepcam_case_of_the_audit():
+    """121,266 samples over 2,048 ranks: 58 samples (29 steps of 2) on every rank, 2,482 dropped,
+    where a plain rank::size shard gave 434 ranks 60 samples and 1,614 ranks 59."""
+    plain = [len(RangeSplit(range(121_266)).shard(r, 2048)) for r in range(2048)]
+    assert (plain.count(60), plain.count(59)) == (434, 1614)
+    _, per_rank, dropped = equal_train_split(RangeSplit(range(121_266)), Ranks(size=2048), 2)
+    assert (per_rank, dropped) == (58, 121_266 - 58 * 2048)
+
+
+def test_batch_larger_than_a_ranks_share_is_refused():
+    with pytest.raises(KitError, match=r"config key 'data.batch_size': a rank's step takes 8 samples, more than "
+                                       r"its share of the 20 training samples over 4 ranks"):
+        equal_train_split(RangeSplit(range(20)), Ranks(size=4), 8)
