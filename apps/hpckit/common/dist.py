@@ -221,6 +221,9 @@ class Comm:
     def barrier(self, timeout_s: float | None = None) -> None:
         pass
 
+    def average_tensors(self, tensors) -> None:
+        """In place: every rank's tensors become the mean over the ranks."""
+
     def close(self) -> None:
         pass
 
@@ -258,10 +261,23 @@ class TorchComm(Comm):
         self.tdist.monitored_barrier(group=self.control, timeout=timedelta(seconds=timeout_s or self.timeout_s),
                                      wait_all_ranks=True)
 
-    def wrap_model(self, model):
+    def wrap_model(self, model, broadcast_buffers: bool = True):
         from torch.nn.parallel import DistributedDataParallel
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids)
+        return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=broadcast_buffers)
+
+    def average_tensors(self, tensors) -> None:
+        if not tensors:
+            return
+        torch = self.torch
+        with torch.no_grad():
+            flat = torch.cat([t.reshape(-1).to(torch.float64) for t in tensors])
+            self.tdist.all_reduce(flat)
+            flat /= self.ranks.size
+            offset = 0
+            for t in tensors:
+                t.copy_(flat[offset:offset + t.numel()].view_as(t))
+                offset += t.numel()
 
     def average_gradients(self, params) -> None:
         """DDP averages in backward; nothing to do here."""
@@ -296,9 +312,13 @@ class HorovodComm(Comm):
     def barrier(self, timeout_s=None):
         self.hvd.barrier()
 
-    def wrap_model(self, model):
-        self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)
+    def wrap_model(self, model, broadcast_buffers: bool = True):
+        self.hvd.broadcast_parameters(model.state_dict(), root_rank=0)   # once, at the start
         return model
+
+    def average_tensors(self, tensors) -> None:
+        if tensors:
+            self.hvd.grouped_allreduce_(list(tensors), op=self.hvd.Average, name="hpckit.average")
 
     def average_gradients(self, params) -> None:
         params = [p for p in params if p.grad is not None]

@@ -80,7 +80,14 @@ class Trainer:
         self.model = build_model(cfg).to(self.device)
         # DDP averages gradients in backward (skipped with no_sync between accumulation
         # steps); Horovod broadcasts rank 0's state and averages before each step
-        self.net = self.comm.wrap_model(self.model) if self.comm.kind in ("torch", "horovod") else self.model
+        # batch-norm running statistics stay each rank's own during the epoch (DDP's
+        # broadcast_buffers=False) and are averaged over the ranks after it, before
+        # evaluation, as the reference (mlcommons/hpc@2c627d4 deepcam/src/deepCam/train.py:166-175
+        # and :216-217, utils/bnstats.py:77-99: all-reduce sum / ranks of running_mean/var)
+        self.net = (self.comm.wrap_model(self.model, broadcast_buffers=False)
+                    if self.comm.kind in ("torch", "horovod") else self.model)
+        self.bn_stats = [b for m in self.model.modules() for name in ("running_mean", "running_var")
+                         if isinstance(b := getattr(m, name, None), torch.Tensor)]
         self.optimizer = optim.make_optimizer(self.model.parameters(), cfg["optimizer"])
         self.scheduler = optim.make_scheduler(self.optimizer, cfg["scheduler"])
         self.weights = class_weights(cfg).to(self.device)
@@ -111,6 +118,12 @@ class Trainer:
             n += x.shape[0]
         return n
 
+    def average_bn_stats(self) -> None:
+        self.comm.average_tensors(self.bn_stats)
+
+    def bn_fingerprint(self) -> float:
+        return float(sum(b.double().abs().sum().item() for b in self.bn_stats))
+
     def evaluate(self, batches) -> tuple[float, int]:
         """(sum of per-sample IoUs over this rank's samples, samples)."""
         self.model.eval()
@@ -125,7 +138,9 @@ class Trainer:
         return total, n
 
     def fingerprint(self) -> float:
-        return float(sum(p.detach().double().abs().sum().item() for p in self.model.parameters()))
+        """Weights and batch-norm statistics: both must be equal on every rank at the end."""
+        return float(sum(p.detach().double().abs().sum().item() for p in self.model.parameters())) \
+            + self.bn_fingerprint()
 
 
 def train(args) -> int:
@@ -169,6 +184,7 @@ def train(args) -> int:
         def train_epoch(epoch: int) -> tuple[int, float]:
             t0 = time.perf_counter()
             n = comm.allreduce_sum([trainer.train_epoch(batches("train"))])[0]
+            trainer.average_bn_stats()
             return int(n), time.perf_counter() - t0
 
         def evaluate() -> tuple[float, int, float]:
