@@ -8,7 +8,7 @@ import re
 
 import pytest
 
-from conftest import run_hpckit
+from conftest import PUBLISHED_V2, assert_published_event_order, run_hpckit
 
 
 def mllog(path):
@@ -47,15 +47,22 @@ def test_log_has_the_reference_order_and_passes_compliance(converged_run):
     out, _, _ = converged_run
     events = mllog(out / "mlperf.log")
     keys = [e["key"] for e in events]
-    order = ["cache_clear", "init_start", "init_stop", "run_start", "staging_start", "staging_stop",
-             "epoch_start", "eval_start", "eval_stop", "epoch_stop", "eval_error", "run_stop"]
+    # the reference's order (cosmoflow/train.py:242-248, utils/callbacks.py:53-69 at 2c627d4)
+    order = ["cache_clear", "init_start", "seed", "number_of_ranks", "number_of_nodes", "init_stop", "run_start",
+             "staging_start", "staging_stop", "epoch_start", "eval_start", "eval_stop", "epoch_stop", "eval_error",
+             "run_stop"]
     assert [keys.index(k) for k in order] == sorted(keys.index(k) for k in order)
     assert keys[-1] == "run_stop" and events[-1]["metadata"]["status"] == "success"
     for key in ("submission_benchmark", "number_of_nodes", "accelerators_per_node", "global_batch_size",
                 "opt_name", "opt_base_learning_rate", "opt_learning_rate_warmup_epochs",
                 "opt_learning_rate_warmup_factor", "opt_learning_rate_decay_boundary_epochs",
-                "opt_learning_rate_decay_factor", "dropout", "opt_weight_decay", "seed", "hpckit_config"):
+                "opt_learning_rate_decay_factor", "dropout", "opt_weight_decay", "seed", "hpckit_config",
+                "number_of_ranks"):
         assert keys.count(key) == 1, key
+    # NVIDIA's v2.0 DGX-A100 x64 run: the same event order; it logs nothing the kit lacks
+    # but its own statistics
+    assert_published_event_order(out / "mlperf.log", PUBLISHED_V2 / "NVIDIA/results/dgxa100_n64_pytorch/strong/"
+                                 "cosmoflow/result_0.txt", {"tracked_stats": "NVIDIA's own per-epoch statistics"})
     epochs = [e["metadata"]["epoch_num"] for e in events if e["key"] == "eval_error"]
     assert epochs == list(range(1, len(epochs) + 1))
     proc = check(out / "mlperf.log", "mini")

@@ -12,7 +12,8 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import run_hpckit
+from conftest import PUBLISHED_V2, assert_published_event_order, run_hpckit
+from mini_runs import deepcam_mini_runs
 from hpckit.common.config import load_config
 from hpckit.deepcam import data
 from hpckit.deepcam.train import iou_per_sample
@@ -42,11 +43,22 @@ def test_iou_semantics():
     assert iou_per_sample(only_bg, only_bg, 3).item() == pytest.approx(1.0)
 
 
-def test_mini_converges_well_above_all_background(dc_data, tmp_path):
-    out = tmp_path / "run"
-    proc = run_hpckit("train", "deepcam", "--data", dc_data, "--config", "mini", "--output-dir", out,
-                      "--seed", "1", "--stage-dir", tmp_path / "local", timeout=900)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+# keys of the published v2.0 DeepCAM log the kit does not write, and why
+DEEPCAM_NOT_LOGGED = {
+    **{k: "the reference logs it per step/epoch; not yet in the kit (issue 10, open)"
+       for k in ("learning_rate", "train_loss", "eval_loss", "train_accuracy")},
+    **{k: "an option of HelmholtzAI's/NVIDIA's implementation, not of the reference"
+       for k in ("instance_id", "batchnorm_group_stride", "data_format", "shuffle_mode", "data_oversampling_factor",
+                 "stage_dir_prefix", "stage_mode", "stage_batch_size", "stage_verify", "stage_full_data_per_node",
+                 "stage_use_direct_io", "precision_mode", "enable_nhwc", "enable_graph", "enable_jit",
+                 "disable_comm_overlap", "tracked_stats", "opt_step")},
+}
+
+
+def test_mini_converges_well_above_all_background(tmp_path_factory):
+    # the session's seed-1 mini run (tests/mini_runs.py, shared with package and report)
+    out = deepcam_mini_runs(tmp_path_factory.getbasetemp(), 1)[0]
+    dc_data = out.parent / "data"
     s = json.loads((out / "summary.json").read_text())
     cfg = load_config("deepcam", "mini")
     assert s["converged"] is True and s["status"] == "success"
@@ -67,6 +79,11 @@ def test_mini_converges_well_above_all_background(dc_data, tmp_path):
                 "opt_bias_correction", "opt_grad_averaging", "opt_max_grad_norm"):
         assert keys.count(key) == 1, key
     assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "success"
+    for key in ("number_of_ranks", "checkpoint", "target_accuracy_reached"):
+        assert keys.count(key) == 1, key
+    # HelmholtzAI's v2.0 HoreKa run, built on the reference: the same event order
+    assert_published_event_order(out / "mlperf.log", PUBLISHED_V2 / "HelmholtzAI/results/horeka_gpu_n512_pytorch1.13/"
+                                 "strong/deepcam/result_0.txt", DEEPCAM_NOT_LOGGED)
     verdict = run_hpckit("check", out / "mlperf.log", "--ruleset", "mini")
     assert verdict.returncode == 0 and verdict.stdout.startswith("COMPLIANT"), verdict.stdout
     official = run_hpckit("check", out / "mlperf.log", "--ruleset", "hpc-3.0.0")

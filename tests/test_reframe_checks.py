@@ -19,6 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import run_reframe
+
 REPO = Path(__file__).resolve().parents[1]
 REFRAME = Path(sys.executable).parent / 'reframe'
 SABOTAGE_EPOCHS = 8   # healthy mini runs converge in 4-7 epochs
@@ -33,16 +35,7 @@ TRAINING_TIMEOUT_S = 3600
 def reframe(tmp_path, *args, timeout=120, env=None, wrapper=()):
     """Run ReFrame from the repository root with all of its output under tmp_path
     (`wrapper`: a command ReFrame runs under, e.g. taskset)."""
-    full_env = {k: v for k, v in os.environ.items() if not k.startswith('RFM_')}
-    full_env.update(HOME=str(tmp_path / 'home'), RFM_PREFIX=str(tmp_path / 'rfm'),
-                    RFM_REPORT_FILE=str(tmp_path / 'report.json'),
-                    RFM_COLORIZE='n', TMPDIR=str(tmp_path), **(env or {}))
-    env = full_env
-    (tmp_path / 'home').mkdir(parents=True, exist_ok=True)
-    proc = subprocess.run([*wrapper, str(REFRAME), '-C', SETTINGS, '-c', 'reframe_checks/', *args],
-                          cwd=REPO, env=env, capture_output=True, text=True,
-                          timeout=timeout)
-    return proc.returncode, proc.stdout + proc.stderr
+    return run_reframe(tmp_path, SETTINGS, *args, timeout=timeout, env=env, wrapper=wrapper)
 
 
 def ok_line(check, framework):
@@ -126,14 +119,6 @@ def test_site_dataset_is_not_generated(tmp_path):
     assert 'ls -d /site/cosmoflow/train /site/cosmoflow/validation' in fixture
     for script in stage.glob('CosmoFlowCheck_*/rfm_job.sh'):
         assert 'hpckit train cosmoflow --data /site/cosmoflow ' in script.read_text()
-
-
-@pytest.fixture(scope='module')
-def full_run(tmp_path_factory):
-    """`make run`: every check once, on a machine with no references of its own."""
-    tmp_path = tmp_path_factory.mktemp('full-run')
-    rc, out = reframe(tmp_path, '-r', timeout=TRAINING_TIMEOUT_S)
-    return tmp_path, rc, out
 
 
 @pytest.mark.slow

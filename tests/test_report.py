@@ -192,25 +192,14 @@ def test_report_of_published_set(tmp_path):
 
 # ---- slow: real mini runs, a real ReFrame run ----------------------------------------------
 
-def reframe_perflog(tmp_path: Path) -> Path:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("RFM_")}
-    env.update(HOME=str(tmp_path / "home"), RFM_PREFIX=str(tmp_path / "rfm"),
-               RFM_REPORT_FILE=str(tmp_path / "rfm-report.json"), RFM_COLORIZE="n", TMPDIR=str(tmp_path))
-    (tmp_path / "home").mkdir(exist_ok=True)
-    proc = subprocess.run([str(Path(sys.executable).parent / "reframe"), "-C", "site_profiles/local/settings.py",
-                           "-c", "reframe_checks/deepcam.py", "-r"], cwd=REPO, env=env, capture_output=True,
-                          text=True, timeout=1800)
-    assert proc.returncode == 0, proc.stdout[-3000:]
-    perflogs = tmp_path / "rfm" / "perflogs"
-    assert (perflogs / "local" / "default" / "DeepCAMCheck.log").is_file()
-    return perflogs
-
-
 @pytest.mark.slow
 @needs_real
-def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_path):
+def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_path, full_run):
     runs = deepcam_mini_runs(tmp_path_factory.getbasetemp(), 2)
-    perflogs = reframe_perflog(tmp_path)
+    rfm_tmp, rc, rfm_out = full_run            # the session's `make run` (conftest.py)
+    assert rc == 0, rfm_out[-3000:]
+    perflogs = rfm_tmp / "rfm" / "perflogs"
+    assert (perflogs / "local" / "default" / "DeepCAMCheck.log").is_file()
     out = tmp_path / "report"
     proc = run_hpckit("report", *runs, "--published", SET, REAL, "--perflog", perflogs, "--out", out)
     assert proc.returncode == 0, proc.stderr

@@ -33,7 +33,7 @@ def test_range_split_shards_as_the_kit_splits_do():
     for real in (SplitFiles("train", "tfrecord", files, [], "GZIP"), DeepCamFiles("train", files)):
         for rank, size in ((0, 1), (2, 7), (6, 7), (1, 3)):
             assert real.shard(rank, size).files == [files[i] for i in RangeSplit(range(103)).shard(rank, size).r]
-        assert real.subset(range(50)).files == files[:50]
+        assert real.subset(range(50)).files == files[:50] and len(real) == 103
 
 
 # (benchmark, training samples of the real dataset, local batch x accumulation of the reference config)

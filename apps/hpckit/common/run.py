@@ -90,6 +90,15 @@ class Quality:
         return value >= self.target if self.higher_is_better else value <= self.target
 
 
+@dataclass(frozen=True)
+class LogStyle:
+    """Where a benchmark's reference puts the events the kit writes for both (each
+    benchmark's package defines its LOG_STYLE from its reference's train.py)."""
+    cache_clear_first: bool          # cache_clear before init_start, else right after it
+    metric_in_eval: bool             # the quality metric between eval_start and eval_stop, else after epoch_stop
+    target_event: str | None = None  # logged with the target when it is reached
+
+
 @dataclass
 class Launch:
     """Who this process is and how it was asked to run: ranks, communicator, device, seed,
@@ -162,8 +171,8 @@ def diagnosed(batches, locate_bad_file: Callable[[], KitError | None], where: st
 
 class MLPerfRun:
     def __init__(self, *, benchmark: str, framework: str, cfg: dict, launched: Launch,
-                 out_dir: str | os.PathLike, quality: Quality, global_batch: int):
-        self.benchmark, self.framework, self.cfg = benchmark, framework, cfg
+                 out_dir: str | os.PathLike, quality: Quality, global_batch: int, style: LogStyle):
+        self.benchmark, self.framework, self.cfg, self.style = benchmark, framework, cfg, style
         self.seed, self.ranks, self.comm = launched.seed, launched.ranks, launched.comm
         self.quality, self.global_batch = quality, global_batch
         self.accelerators_per_node = launched.accelerators_per_node
@@ -178,6 +187,11 @@ class MLPerfRun:
         self.status = None
         self.cache_report: dict = {}
         self.replicas_in_sync: bool | None = None
+        self.max_steps = cfg["train"].get("max_steps")
+        if self.max_steps is not None and (isinstance(self.max_steps, bool) or not isinstance(self.max_steps, int)
+                                           or self.max_steps < 1):
+            raise KitError(f"config key 'train.max_steps': {self.max_steps!r} is not a number of steps >= 1 (or null)")
+        self.steps_done = 0
 
     # -- context: nothing is lost -------------------------------------------------------
     def __enter__(self) -> "MLPerfRun":
@@ -210,17 +224,24 @@ class MLPerfRun:
         self.cache_report = staging.evict_from_page_cache(files)
         self.log.event(C.CACHE_CLEAR, value=True, metadata=self.cache_report)
 
-    def init_start(self, hyperparameters: list[tuple[str, object]]) -> None:
+    def init_start(self, hyperparameters: list[tuple[str, object]], cache_files: list[Path]) -> None:
         mlp = self.cfg["mlperf"]
+        if self.style.cache_clear_first:
+            self.clear_caches(cache_files)
         self.log.start(C.INIT_START)
+        if not self.style.cache_clear_first:
+            self.clear_caches(cache_files)
+        # seed and scale first, as both references log them (cosmoflow/train.py:244-248,
+        # deepcam/src/deepCam/train.py:72-95 at 2c627d4)
+        self.log.event(C.SEED, self.seed)
+        self.log.event("number_of_ranks", self.ranks.size)
+        self.log.event(HPC.NUMBER_OF_NODES, self.ranks.nodes)
+        self.log.event(HPC.ACCELERATORS_PER_NODE, self.accelerators_per_node)
         self.log.event(C.SUBMISSION_BENCHMARK, self.benchmark)
         self.log.event(C.SUBMISSION_ORG, mlp["org"])
         self.log.event(C.SUBMISSION_DIVISION, mlp["division"])
         self.log.event(C.SUBMISSION_STATUS, mlp["status"])
         self.log.event(C.SUBMISSION_PLATFORM, mlp["platform"])
-        self.log.event(HPC.NUMBER_OF_NODES, self.ranks.nodes)
-        self.log.event(HPC.ACCELERATORS_PER_NODE, self.accelerators_per_node)
-        self.log.event(C.SEED, self.seed)
         self.log.event("hpckit_config", {"name": self.cfg["name"], "framework": self.framework,
                                          "ranks": self.ranks.size, "ranks_per_node": self.ranks.local_size,
                                          "launcher": self.ranks.launcher, "dist": self.comm.kind,
@@ -252,6 +273,20 @@ class MLPerfRun:
                                                 "bytes": nbytes})
         return dest
 
+    def limited(self, batches):
+        """The training batches of one epoch, cut where train.max_steps is reached (every
+        rank takes the same number of steps, so all stop together)."""
+        for batch in batches:
+            if self.max_steps is not None and self.steps_done >= self.max_steps:
+                return
+            self.steps_done += 1
+            yield batch
+
+    def _log_metric(self, epoch: int, metric: float) -> None:
+        self.log.event(self.quality.metric, float(metric), metadata={"epoch_num": epoch})
+        if self.style.target_event and self.quality.reached(metric):
+            self.log.event(self.style.target_event, self.quality.target, metadata={"epoch_num": epoch})
+
     def epochs(self, n_epochs: int, train_epoch: Callable[[int], tuple[int, float]],
                evaluate: Callable[[], tuple[float, int, float]]) -> bool:
         """Run up to n_epochs (1-based in the log); stop at the target. Returns converged."""
@@ -265,9 +300,12 @@ class MLPerfRun:
             metric, n_eval, eval_s = evaluate()
             self.eval_samples += n_eval
             self.eval_seconds += eval_s
+            if self.style.metric_in_eval:
+                self._log_metric(epoch, metric)
             self.log.end(C.EVAL_STOP, metadata={"epoch_num": epoch})
             self.log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch})
-            self.log.event(self.quality.metric, float(metric), metadata={"epoch_num": epoch})
+            if not self.style.metric_in_eval:
+                self._log_metric(epoch, metric)
             self.epochs_done, self.last_metric = epoch, float(metric)
             if self.quality.reached(metric):
                 self.status = "success"
@@ -276,6 +314,11 @@ class MLPerfRun:
             if not math.isfinite(metric):
                 self.status = "aborted"
                 self.log.run_stop("aborted", reason=f"{self.quality.metric} is {metric}: training diverged")
+                return False
+            if self.max_steps is not None and self.steps_done >= self.max_steps:
+                self.status = "aborted"
+                self.log.run_stop("aborted", reason=f"step-limited: train.max_steps {self.max_steps} reached "
+                                                    "(a smoke test of the full path, not an MLPerf result)")
                 return False
         self.status = "aborted"
         self.log.run_stop("aborted", reason=f"target not reached in {n_epochs} epochs")

@@ -39,6 +39,9 @@ class SplitFiles:
         return SplitFiles(self.split, self.fmt, [self.files[i] for i in indices],
                           [self.labels[i] for i in indices] if self.labels else [], self.compression)
 
+    def __len__(self) -> int:
+        return len(self.files)
+
     def shard(self, rank: int, size: int) -> "SplitFiles":
         return self.subset(range(rank, len(self.files), size))
 

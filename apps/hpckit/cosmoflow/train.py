@@ -19,7 +19,7 @@ from hpckit.common.errors import KitError
 from hpckit.common.mllog import HPC, C
 from hpckit.common.native_log import divert_native_stderr
 from hpckit.common.fileio import ensure_writable_dir
-from hpckit.common.run import (MLPerfRun, Quality, check_equal_steps, diagnosed, equal_train_split, launch,
+from hpckit.common.run import (LogStyle, MLPerfRun, Quality, check_equal_steps, diagnosed, equal_train_split, launch,
                                node_share, rank_share)
 from hpckit.cosmoflow import BENCHMARK, data
 from hpckit.cosmoflow.model_spec import validate_model_config
@@ -67,6 +67,11 @@ def learning_rate(cfg: dict, global_batch: int, epoch_index: int) -> float:
         if since <= boundary < epoch_index:
             since, factor = boundary, f
     return peak * factor
+
+
+# the reference's event order (mlcommons/hpc@2c627d4): cache_clear, then init_start
+# (cosmoflow/train.py:242-243); eval_error after epoch_stop (utils/callbacks.py:58-69)
+LOG_STYLE = LogStyle(cache_clear_first=True, metric_in_eval=False)
 
 
 def hyperparameters(cfg: dict, global_batch: int) -> list[tuple[str, object]]:
@@ -270,9 +275,9 @@ def train(args) -> int:
     quality = Quality(HPC.EVAL_ERROR, cfg["train"]["target_mae"], higher_is_better=False)
 
     with MLPerfRun(benchmark=BENCHMARK, framework=args.framework, cfg=cfg, launched=launched,
-                   out_dir=args.output_dir, quality=quality, global_batch=global_batch) as run:
-        run.clear_caches([p for split in files.values() for p in split.all_paths()])
-        run.init_start(hyperparameters(cfg, global_batch))
+                   out_dir=args.output_dir, quality=quality, global_batch=global_batch,
+                   style=LOG_STYLE) as run:
+        run.init_start(hyperparameters(cfg, global_batch), [p for split in files.values() for p in split.all_paths()])
         backend = BACKENDS[args.framework](cfg, launched, run.out_dir)
         run.start_run()
 
@@ -287,7 +292,7 @@ def train(args) -> int:
 
         def train_epoch(epoch: int) -> tuple[int, float]:
             t0 = time.perf_counter()
-            n = backend.train_epoch(train_data, shares["train"], learning_rate(cfg, global_batch, epoch - 1))
+            n = backend.train_epoch(run.limited(train_data), shares["train"], learning_rate(cfg, global_batch, epoch - 1))
             n = comm.allreduce_sum([n])[0]
             return int(n), time.perf_counter() - t0
 

@@ -16,7 +16,7 @@ from hpckit.common import optim, precision
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import KitError
 from hpckit.common.mllog import C
-from hpckit.common.run import (MLPerfRun, Quality, check_equal_steps, diagnosed, equal_train_split, launch,
+from hpckit.common.run import (LogStyle, MLPerfRun, Quality, check_equal_steps, diagnosed, equal_train_split, launch,
                                node_share, rank_share)
 from hpckit.deepcam import BENCHMARK, data
 from hpckit.deepcam.model import build_model, validate_model_config
@@ -62,14 +62,21 @@ def iou_per_sample(pred: torch.Tensor, labels: torch.Tensor, n_classes: int) -> 
     return torch.stack(ious, 1).mean(1)
 
 
+# the reference's event order (mlcommons/hpc@2c627d4): init_start, then cache_clear
+# (deepcam/src/deepCam/train.py:67-68); eval_accuracy, and target_accuracy_reached when
+# reached, between eval_start and eval_stop (driver/validation.py:86-91)
+LOG_STYLE = LogStyle(cache_clear_first=False, metric_in_eval=True, target_event="target_accuracy_reached")
+
+
 def hyperparameters(cfg: dict, global_batch: int) -> list[tuple[str, object]]:
     return [
-        ("gradient_accumulation_frequency", cfg["train"]["gradient_accumulation_frequency"]),
         (C.GLOBAL_BATCH_SIZE, global_batch),
         ("batchnorm_group_size", cfg["model"]["batchnorm_group_size"]),
-        (C.TRAIN_SAMPLES, cfg["data"]["n_train"]),
-        (C.EVAL_SAMPLES, cfg["data"]["n_valid"]),
+        ("gradient_accumulation_frequency", cfg["train"]["gradient_accumulation_frequency"]),
+        ("checkpoint", None),    # the kit does not resume; the reference logs its --checkpoint (train.py:101)
         *optim.mlperf_optimizer_keys(cfg["optimizer"], cfg["scheduler"]),
+        (C.TRAIN_SAMPLES, cfg["data"]["n_train"]),     # after the optimizer's, as train.py:185-187
+        (C.EVAL_SAMPLES, cfg["data"]["n_valid"]),
     ]
 
 
@@ -161,9 +168,9 @@ def train(args) -> int:
     quality = Quality(EVAL_ACCURACY, cfg["train"]["target_iou"], higher_is_better=True)
 
     with MLPerfRun(benchmark=BENCHMARK, framework="pytorch", cfg=cfg, launched=launched,
-                   out_dir=args.output_dir, quality=quality, global_batch=global_batch) as run:
-        run.clear_caches([p for split in files.values() for p in split.files])
-        run.init_start(hyperparameters(cfg, global_batch))
+                   out_dir=args.output_dir, quality=quality, global_batch=global_batch,
+                   style=LOG_STYLE) as run:
+        run.init_start(hyperparameters(cfg, global_batch), [p for split in files.values() for p in split.files])
         trainer = Trainer(cfg, launched)
         run.start_run()
 
@@ -183,7 +190,7 @@ def train(args) -> int:
 
         def train_epoch(epoch: int) -> tuple[int, float]:
             t0 = time.perf_counter()
-            n = comm.allreduce_sum([trainer.train_epoch(batches("train"))])[0]
+            n = comm.allreduce_sum([trainer.train_epoch(run.limited(batches("train")))])[0]
             trainer.average_bn_stats()
             return int(n), time.perf_counter() - t0
 
