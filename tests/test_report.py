@@ -168,6 +168,13 @@ def test_report_of_published_set(tmp_path):
     assert float(cell(site[0], "score")["value"]) == kit and cell(site[0], "score")["text"] == "25.78"
     pub = [r for r in t.tables["scores"] if "published" in r["class"].split()]
     assert {c["text"] for r in pub for c in r["cells"][1:3]} >= {"cosmoflow", "deepcam", "LBNL", "HelmholtzAI"}
+    # a weak-scaling set of the v2.0 round (under REAL/v2.0, in the submission layout):
+    # models, instance scale and time_to_train_all, as hpckit score and the summarizer give them
+    weak = next(r for r in pub if r["cells"][3]["text"] == "horeka_gpu_n64_pytorch1.13")
+    assert (cell(weak, "models")["text"], cell(weak, "scale")["text"], cell(weak, "score")["text"]) == \
+        ("8", "64", "23.94")
+    assert "deepcam | HelmholtzAI | horeka_gpu_n64_pytorch1.13 | 8 runs | score 8 models, instance scale 64, " \
+           "time_to_train_all 23.94 min" in proc.stdout
 
     runs = [r for r in t.tables["runs"] if "site" in r["class"].split()]
     assert len(runs) == 10
@@ -214,8 +221,10 @@ def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_pat
     assert (float(shown) if shown is not None else None) == kit_site["score_min"]
     assert cell(site[0], "valid")["text"].startswith("yes" if kit_site["valid"] else "no")
     kit_pub = kit_scores(tmp_path, SET)[0]["score"]["score_min"]
-    nv = next(r for r in t.tables["scores"] if r["cells"][2]["text"] == "NVIDIA")
-    assert float(cell(nv, "score")["value"]) == kit_pub and cell(nv, "score")["text"] == "25.78"
+    # REAL holds SET again (same bytes: one row) and the v2.0 submission folders (their own rows)
+    nv = [r for r in t.tables["scores"] if r["cells"][3]["text"] == "dgxa100_n16_ngc21.09_mxnet"]
+    assert len(nv) == 1 and nv[0]["cells"][2]["text"] == "NVIDIA"
+    assert float(cell(nv[0], "score")["value"]) == kit_pub and cell(nv[0], "score")["text"] == "25.78"
 
     # per-run numbers against each run's own summary.json
     rows = [r for r in t.tables["runs"] if "site" in r["class"].split()]
