@@ -41,7 +41,7 @@ def hpckit(*args) -> list[str]:
 
 def run(cmd, env) -> None:
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
-    if proc.returncode != 0:
+    if proc.returncode not in (0, 3):   # 3: trained to the end; the target is set out of reach here
         sys.exit(f"failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
 
 

@@ -58,11 +58,12 @@ def load_json(path, writer):
 
 @sn.deferrable
 def assert_trained(exitcode, summary_path):
-    """The training ran to its end: exit code 0, a summary, no error recorded in it."""
+    """The training ran to its end: exit code 0 (converged) or 3 (target missed: the
+    convergence check says so), a summary, no error recorded in it."""
     error = None
     if os.path.isfile(summary_path):
         error = sn.evaluate(load_json(summary_path, 'hpckit train')).get('error')
-    if exitcode != 0 or error:
+    if exitcode not in (0, 3) or error:
         raise SanityError(f'hpckit train failed (exit code {exitcode}): '
                           f'{error or "see rfm_job.err"}')
     return True

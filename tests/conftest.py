@@ -77,8 +77,9 @@ PUBLISHED_V2 = REPO.parent / "shared" / "real_logs" / "v2.0"
 # the events whose order the MLPerf HPC rules and both references fix; compared in the
 # order of their first occurrence, on the keys the kit's log and the published one share
 ORDERED_KEYS = ("cache_clear", "init_start", "seed", "number_of_ranks", "number_of_nodes", "accelerators_per_node",
-                "init_stop", "run_start", "staging_start", "staging_stop", "epoch_start", "eval_start",
-                "eval_error", "eval_accuracy", "eval_stop", "epoch_stop", "target_accuracy_reached", "run_stop")
+                "init_stop", "run_start", "staging_start", "staging_stop", "epoch_start", "learning_rate",
+                "train_accuracy", "train_loss", "throughput", "eval_start", "eval_error", "eval_accuracy",
+                "eval_loss", "eval_stop", "epoch_stop", "target_accuracy_reached", "run_stop")
 
 
 def first_keys(text: str) -> list[str]:

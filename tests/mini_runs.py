@@ -34,9 +34,10 @@ def deepcam_mini_runs(base: Path, n: int) -> list[Path]:
         out = root / f"run_seed{seed}"
         summary = out / "summary.json"
         if not summary.is_file():
-            run_hpckit("train", "deepcam", "--data", data, "--config", "mini", "--output-dir", out,
-                       "--seed", seed, "--set", f"mlperf.org={ORG}", "--set", f"mlperf.platform={PLATFORM}",
-                       timeout=1200, check=True)
+            proc = run_hpckit("train", "deepcam", "--data", data, "--config", "mini", "--output-dir", out,
+                              "--seed", seed, "--set", f"mlperf.org={ORG}", "--set", f"mlperf.platform={PLATFORM}",
+                              timeout=1200)
+            assert proc.returncode in (0, 3), proc.stderr[-3000:]   # 3: trained to the end, target missed
         assert json.loads(summary.read_text())["status"] in ("success", "aborted")
         runs.append(out)
     return runs

@@ -45,8 +45,6 @@ def test_iou_semantics():
 
 # keys of the published v2.0 DeepCAM log the kit does not write, and why
 DEEPCAM_NOT_LOGGED = {
-    **{k: "the reference logs it per step/epoch; not yet in the kit (issue 10, open)"
-       for k in ("learning_rate", "train_loss", "eval_loss", "train_accuracy")},
     **{k: "an option of HelmholtzAI's/NVIDIA's implementation, not of the reference"
        for k in ("instance_id", "batchnorm_group_stride", "data_format", "shuffle_mode", "data_oversampling_factor",
                  "stage_dir_prefix", "stage_mode", "stage_batch_size", "stage_verify", "stage_full_data_per_node",
@@ -81,6 +79,19 @@ def test_mini_converges_well_above_all_background(tmp_path_factory):
     assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "success"
     for key in ("number_of_ranks", "checkpoint", "target_accuracy_reached"):
         assert keys.count(key) == 1, key
+    # every epoch: the reference's end-of-training events, then throughput; eval_loss after
+    # eval_accuracy inside the evaluation (trainer.py:114-116, validation.py:86-87)
+    epochs = keys.count("epoch_start")
+    assert epochs == s["epochs"] and all(keys.count(k) == epochs for k in
+                                         ("learning_rate", "train_accuracy", "train_loss", "eval_loss"))
+    for i, e in enumerate(events):
+        if e["key"] == "epoch_start":
+            assert keys[i + 1:i + 5] == ["learning_rate", "train_accuracy", "train_loss", "throughput"]
+            lr, acc, loss = (events[i + j]["value"] for j in (1, 2, 3))
+            assert 0 < lr <= cfg["optimizer"]["lr"] * 1.000001 and 0 <= acc <= 1 and 0 < loss < 10
+            assert events[i + 1]["metadata"]["step_num"] > 0
+        if e["key"] == "eval_accuracy":
+            assert keys[i + 1] == "eval_loss" and 0 < events[i + 1]["value"] < 10
     # HelmholtzAI's v2.0 HoreKa run, built on the reference: the same event order
     assert_published_event_order(out / "mlperf.log", PUBLISHED_V2 / "HelmholtzAI/results/horeka_gpu_n512_pytorch1.13/"
                                  "strong/deepcam/result_0.txt", DEEPCAM_NOT_LOGGED)

@@ -53,7 +53,7 @@ def test_cosmoflow_reference_size_step(cosmo_full, tmp_path, framework):
     proc = run_hpckit("train", "cosmoflow", "--data", cosmo_full, "--config", "reference", "--framework", framework,
                       "--output-dir", out, "--stage-dir", tmp_path / "stage", "--seed", "1",
                       "--set", "train.max_steps=1", "--set", "data.n_train=4", "--set", "data.n_valid=4", timeout=1200)
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr[-3000:]   # 3: target missed
     _assert_step_limited(out, 4)
 
 
@@ -65,5 +65,5 @@ def test_deepcam_reference_size_step(tmp_path):
     proc = run_hpckit("train", "deepcam", "--data", root, "--config", "reference", "--output-dir", out,
                       "--stage-dir", tmp_path / "stage", "--seed", "1",
                       "--set", "train.max_steps=1", "--set", "data.n_train=2", "--set", "data.n_valid=1", timeout=1200)
-    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
     _assert_step_limited(out, 2)

@@ -9,7 +9,7 @@ import pytest
 
 from hpckit.common.dist import Ranks
 from hpckit.common.errors import KitError
-from hpckit.common.run import equal_train_split, node_share, rank_share
+from hpckit.common.run import EpochSampler, equal_train_split, node_share, rank_share
 from hpckit.cosmoflow.data import SplitFiles
 from hpckit.deepcam.data import DeepCamFiles
 
@@ -52,6 +52,11 @@ def test_equal_steps_on_every_rank_for_1_to_4096_ranks(benchmark, n_train, unit)
             r = Ranks(rank=rank, size=size, local_rank=rank % local, local_size=local, node=rank // local, nodes=nodes)
             mine = rank_share(node_share(split, r), r)
             assert len(mine) == per_rank, (benchmark, size, rank, len(mine), per_rank)
+            # what a rank reads each epoch (MLPerfRun.stage_and_shard): staged, its local
+            # shard of the node's pool; not staged, its shard of the whole split
+            staged = EpochSampler(len(node_share(split, r)), r.local_rank, r.local_size, per_rank, 1, True)
+            unstaged = EpochSampler(len(split), r.rank, r.size, per_rank, 1, True)
+            assert len(staged) == len(unstaged) == per_rank, (benchmark, size, rank)
             assert not taken & set(mine.r[:3]), "two ranks read the same file"
             taken |= set(mine.r[:3])
 
@@ -69,3 +74,37 @@ def test_batch_larger_than_a_ranks_share_is_refused():
     with pytest.raises(KitError, match=r"config key 'data.batch_size': a rank's step takes 8 samples, more than "
                                        r"its share of the 20 training samples over 4 ranks"):
         equal_train_split(RangeSplit(range(20)), Ranks(size=4), 8)
+
+
+@pytest.mark.parametrize("pool, count, per_rank", [(64, 4, 16), (103, 7, 14), (238, 3, 78), (10, 1, 10)])
+def test_each_epoch_a_fresh_permutation_then_the_ranks_shards(pool, count, per_rank):
+    """The reference's order: every epoch the whole pool is permuted (the same permutation
+    on every rank: seeded by the run's seed and the epoch), then rank::count; the ranks'
+    shards are disjoint, equally long, and change from epoch to epoch."""
+    ranks = [EpochSampler(pool, i, count, per_rank, seed=7, shuffle=True) for i in range(count)]
+    seen_epochs = []
+    for epoch in range(1, 4):
+        shards = [list(iter(s)) for s in ranks]         # one pass = one epoch, on every rank
+        assert all(s.epoch == epoch for s in ranks)
+        assert all(len(sh) == per_rank for sh in shards)
+        flat = [i for sh in shards for i in sh]
+        assert len(set(flat)) == len(flat) == per_rank * count and set(flat) <= set(range(pool))
+        # rank 0's shard is every count-th element of one permutation of the pool
+        assert shards[0] == EpochSampler(pool, 0, count, per_rank, 7, True).indices(epoch)
+        seen_epochs.append(shards)
+    if count < pool:
+        assert seen_epochs[0][0] != seen_epochs[1][0] != seen_epochs[2][0]   # reshuffled every epoch
+    # another seed, another order; no shuffling: the static shard pool[i::count]
+    assert EpochSampler(pool, 0, count, per_rank, 8, True).indices(1) != seen_epochs[0][0] or count == pool
+    plain = EpochSampler(pool, 1 % count, count, None, 7, False)
+    assert list(iter(plain)) == list(range(1 % count, pool, count)) == list(iter(plain))
+
+
+def test_a_rank_reads_beyond_its_static_shard_over_the_epochs():
+    """Over the epochs a rank sees files of the whole pool, not a fixed 1/count of it (what
+    a static rank::size shard reshuffled locally would give)."""
+    s = EpochSampler(1000, 3, 8, 125, seed=1, shuffle=True)
+    seen = set()
+    for _ in range(10):
+        seen |= set(iter(s))
+    assert len(seen) > 700 and not seen <= set(range(3, 1000, 8))

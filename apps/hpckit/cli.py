@@ -11,7 +11,7 @@ import importlib
 import sys
 
 from hpckit.common.dist import DIST_CHOICES
-from hpckit.common.errors import EXIT_USAGE, KitError
+from hpckit.common.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, KitError, Terminated
 
 BENCHMARKS = ("cosmoflow", "deepcam")
 # Subcommands that own their arguments: module.add_arguments(parser) and module.main(args).
@@ -60,7 +60,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--framework", choices=("auto", "tensorflow", "pytorch"), default="auto",
                    help="cosmoflow: auto (TensorFlow on AVX-512 CPUs, else PyTorch), tensorflow or "
                         "pytorch; deepcam: pytorch (as the reference)")
-    p.add_argument("--stage-dir", default=None, help="node-local directory to stage the data into")
+    p.add_argument("--stage-dir", default=None,
+                   help="node-local directory to stage the data into (into a new hpckit-stage-* subdirectory "
+                        "the run creates and removes at the end)")
+    p.add_argument("--keep-staged", action="store_true", help="keep the staged copies after the run")
     p.add_argument("--seed", type=int, default=None, help="default: derived from the clock, logged")
     p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")
     p.add_argument("--dist", choices=DIST_CHOICES, default="auto",
@@ -113,12 +116,15 @@ def main(argv: list[str] | None = None) -> int:
             return importlib.import_module(TOOL_COMMANDS[args.command][0]).main(args)
         module = importlib.import_module(f"hpckit.{args.benchmark}.commands")
         return getattr(module, args.command)(args)
+    except Terminated as e:
+        print(f"hpckit {args.command}: error: {e}", file=sys.stderr)
+        return EXIT_TERMINATED
     except KitError as e:
         print(f"hpckit {args.command}: error: {e}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"hpckit {args.command}: interrupted", file=sys.stderr)
-        return 130
+        return EXIT_INTERRUPTED
 
 
 if __name__ == "__main__":

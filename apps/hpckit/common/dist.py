@@ -44,7 +44,7 @@ import time
 from dataclasses import dataclass, field
 from datetime import timedelta
 
-from hpckit.common.errors import KitError
+from hpckit.common.errors import KitError, Terminated
 
 DIST_CHOICES = ("auto", "torch", "tf", "horovod", "none")
 DEFAULT_PORT = 29500
@@ -477,8 +477,6 @@ def make_comm(kind: str, ranks: Ranks, *, device=None, timeout_s: float = 60.0) 
     raise KitError(f"--dist {kind}: unknown communicator")
 
 
-class Terminated(KitError):
-    """The launcher asked this rank to stop (another rank failed, or the job was cancelled)."""
 
 
 def raise_on_sigterm() -> None:

@@ -71,3 +71,18 @@ def ensure_writable_dir(path: str | os.PathLike, what: str) -> Path:
     except OSError as e:
         raise KitError(f"{what} {path}: not a writable directory ({e.strerror or e})")
     return path
+
+
+def ensure_new_dir(path: str | os.PathLike, what: str, purpose: str) -> Path:
+    """A directory this command may fill: new, or existing and empty; anything already in
+    it belongs to someone else and is never rewritten (one line naming the first entry)."""
+    path = Path(path)
+    if path.is_dir():
+        try:
+            first = next(iter(sorted(path.iterdir())), None)
+        except OSError as e:
+            raise KitError(f"{what} {path}: cannot list ({e.strerror or e})")
+        if first is not None:
+            raise KitError(f"{what} {path}: not empty (holds {first.name}); {purpose} only into a new or "
+                           "empty directory and never rewrites what is there")
+    return ensure_writable_dir(path, what)

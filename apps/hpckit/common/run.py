@@ -74,8 +74,53 @@ def node_share(split, ranks: Ranks):
 
 
 def rank_share(node_files, ranks: Ranks):
-    """The files this rank reads out of its node's share."""
+    """The files this rank reads out of its node's share (without reshuffling)."""
     return node_files.shard(ranks.local_rank, ranks.local_size)
+
+
+class EpochSampler:
+    """The indices into a file pool that one rank reads, epoch after epoch: each epoch a
+    fresh permutation of the whole pool, the same on every rank that draws from it (seeded
+    by the run's seed and the epoch), then every `count`-th index from `index`, the first
+    `length` of them. Without shuffling: pool[index::count].
+
+    This is the reference's order. CosmoFlow shuffles the file list with
+    reshuffle_each_iteration and then shards it (mlcommons/hpc@2c627d4
+    cosmoflow/data/cosmo.py:115-118), over the node's staged files by local rank, or over
+    all files by rank when not staging (cosmo.py:193-198); DeepCAM's DistributedSampler
+    permutes all indices with seed + epoch and takes rank::size
+    (deepcam/src/deepCam/data/__init__.py:31-42, train.py:206 set_epoch). Each iteration
+    (one per epoch; a torch DataLoader's sampler, a tf.data generator) starts the next epoch.
+    """
+
+    def __init__(self, pool: int, index: int, count: int, length: int | None, seed: int, shuffle: bool):
+        if count < 1 or not 0 <= index < count:
+            raise ValueError(f"bad shard {index} of {count}")
+        reach = len(range(index, pool, count))
+        self.pool, self.index, self.count, self.seed, self.shuffle = pool, index, count, seed, shuffle
+        self.length = reach if length is None else min(length, reach)
+        self.epoch = 0
+
+    def __len__(self) -> int:
+        return self.length
+
+    def indices(self, epoch: int) -> list[int]:
+        import numpy as np
+        order = (np.random.default_rng([self.seed, epoch]).permutation(self.pool) if self.shuffle
+                 else np.arange(self.pool))
+        return order[self.index::self.count][:self.length].tolist()
+
+    def __iter__(self):
+        self.epoch += 1
+        return iter(self.indices(self.epoch))
+
+
+@dataclass
+class Reading:
+    """What one rank reads of one split: the pool of files it draws from (the node's staged
+    copy, or the whole split when not staging) and its sampler into that pool."""
+    files: object
+    sampler: EpochSampler
 
 
 @dataclass
@@ -109,6 +154,7 @@ class Launch:
     seed: int
     stage_dir: Path | None
     cores: cores.CorePlan
+    keep_staged: bool = False   # --keep-staged: leave the staged copies (else removed at the end)
 
     @property
     def accelerators_per_node(self) -> int:
@@ -145,7 +191,39 @@ def launch(args, framework: str, cfg: dict) -> Launch:
     comm = dist.make_comm(kind, ranks, device=device, timeout_s=timeout_s)
     seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
     seed = comm.broadcast_int(seed)
-    return Launch(ranks, comm, device, seed, stage_dir, core_plan)
+    return Launch(ranks, comm, device, seed, stage_dir, core_plan, bool(getattr(args, "keep_staged", False)))
+
+
+_CLAIMS: dict[Path, int] = {}   # output dir -> the lock's file descriptor, held until exit
+RUN_FILES = ("mlperf.log", "summary.json")
+
+
+def claim_output_dir(path: str | os.PathLike) -> Path:
+    """An output directory belongs to one run. Rank 0 takes an exclusive lock on
+    DIR/.hpckit.lock for the process's lifetime (a second run started into it stops at
+    once), and refuses a directory that holds an earlier run's mlperf.log or summary.json:
+    the kit never replaces a run's results. Called first thing by `hpckit train`, before
+    anything is written there."""
+    import fcntl
+    path = ensure_writable_dir(path, "--output-dir")
+    if dist.detect().rank != 0 or path.resolve() in _CLAIMS:
+        return path
+    try:
+        fd = os.open(path / ".hpckit.lock", os.O_WRONLY | os.O_CREAT, 0o644)
+    except OSError as e:
+        raise KitError(f"--output-dir {path}: cannot create its lock file ({e.strerror or e})")
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        os.close(fd)
+        raise KitError(f"--output-dir {path}: another hpckit run is writing into it (its .hpckit.lock is held)")
+    for name in RUN_FILES:
+        if (path / name).exists():
+            os.close(fd)
+            raise KitError(f"--output-dir {path}: holds an earlier run's {name}; the kit never replaces a "
+                           "run's results: give a new directory")
+    _CLAIMS[path.resolve()] = fd
+    return path
 
 
 def diagnosed(batches, locate_bad_file: Callable[[], KitError | None], where: str):
@@ -192,6 +270,8 @@ class MLPerfRun:
                                            or self.max_steps < 1):
             raise KitError(f"config key 'train.max_steps': {self.max_steps!r} is not a number of steps >= 1 (or null)")
         self.steps_done = 0
+        self.keep_staged = launched.keep_staged
+        self.staged_made: list[Path] = []   # what staging created on this node, removed at the end
 
     # -- context: nothing is lost -------------------------------------------------------
     def __enter__(self) -> "MLPerfRun":
@@ -199,6 +279,7 @@ class MLPerfRun:
 
     def __exit__(self, exc_type, exc, tb) -> bool:
         dist.hold_sigterm()   # the close below is not to be interrupted
+        self._remove_staged()
         if exc is None:
             self._write_summary()
             self.log.close()
@@ -255,23 +336,59 @@ class MLPerfRun:
         self.log.start(C.RUN_START)
 
     def stage(self, shares: dict[str, list[Path]], stage_dir: Path | None) -> dict[str, Path] | None:
-        """Copy this node's share of each split into stage_dir/<split> inside the clock, as
-        the reference does: the node's local rank 0 copies, every rank waits for all nodes.
-        Returns the staged directories, or None when not staging."""
+        """Copy this node's share of each split inside the clock, as the reference does: the
+        node's local rank 0 copies, every rank waits for all nodes. The copies go into a
+        directory this run creates, STAGE_DIR/hpckit-stage-<run token>/<split>, never into
+        anything already in STAGE_DIR, and are removed when the run ends (--keep-staged
+        keeps them). Returns the staged directories, or None when not staging."""
+        import secrets
         self.log.start(C.STAGING_START)
         watch = staging.Stopwatch()
-        dest = None
+        dest = root = None
         nbytes = 0
         if stage_dir is not None:
-            dest = {split: Path(stage_dir) / split for split in shares}
+            token = self.comm.broadcast_int(secrets.randbelow(2 ** 31))
+            root = Path(stage_dir) / f"hpckit-stage-{token:08x}"
+            dest = {split: root / split for split in shares}
             if self.ranks.local_rank == 0:
+                self.staged_made = staging.make_own_dir(root)
                 for split, files in shares.items():
                     nbytes += staging.copy_files(files, dest[split])
             self.comm.barrier(timeout_s=STAGING_TIMEOUT_S)
         self.staging_s = watch.elapsed()
         self.log.end(C.STAGING_STOP, metadata={"staging_duration": self.staging_s, "staged": dest is not None,
-                                                "bytes": nbytes})
+                                                "bytes": nbytes, "stage_dir": str(root) if root else None})
         return dest
+
+    def _remove_staged(self) -> None:
+        if self.staged_made and not self.keep_staged:
+            staging.remove_own_dirs(self.staged_made)
+        self.staged_made = []
+
+    def stage_and_shard(self, files: dict, per_rank: int, dropped: int, unit: int, stage_dir: Path | None,
+                        shuffle: bool) -> dict[str, Reading]:
+        """Staging, then what each rank reads of each split (both benchmarks): the node's
+        share copied to node-local storage inside the clock (stage), each rank drawing its
+        per-epoch shard from the node's copy, or from the whole split when not staging
+        (EpochSampler); every rank takes per_rank training samples, `unit` per step."""
+        ranks = self.ranks
+        on_node = {name: node_share(split, ranks) for name, split in files.items()}
+        staged = self.stage({name: s.all_paths() for name, s in on_node.items()}, stage_dir)
+        reading = {}
+        for name, split in files.items():
+            if staged is not None:
+                pool, index, count = on_node[name].relocated(staged[name]), ranks.local_rank, ranks.local_size
+            else:
+                pool, index, count = split, ranks.rank, ranks.size
+            train = name == "train"
+            reading[name] = Reading(pool, EpochSampler(len(pool), index, count, per_rank if train else None,
+                                                       self.seed, shuffle and train))
+        check_equal_steps(self.comm, len(reading["train"].sampler) // unit)
+        self.log.event("hpckit_train_share", {"samples_per_rank": per_rank, "dropped_samples": dropped,
+                                              "shuffle": "per-epoch permutation of the staged node share"
+                                              if staged is not None else "per-epoch global permutation"
+                                              if shuffle else "none"})
+        return reading
 
     def limited(self, batches):
         """The training batches of one epoch, cut where train.max_steps is reached (every
@@ -282,14 +399,19 @@ class MLPerfRun:
             self.steps_done += 1
             yield batch
 
-    def _log_metric(self, epoch: int, metric: float) -> None:
+    def _log_metric(self, epoch: int, metric: float, extra: list[tuple[str, float]] = ()) -> None:
         self.log.event(self.quality.metric, float(metric), metadata={"epoch_num": epoch})
+        for key, value in extra:
+            self.log.event(key, float(value), metadata={"epoch_num": epoch})
         if self.style.target_event and self.quality.reached(metric):
             self.log.event(self.style.target_event, self.quality.target, metadata={"epoch_num": epoch})
 
     def epochs(self, n_epochs: int, train_epoch: Callable[[int], tuple[int, float]],
-               evaluate: Callable[[], tuple[float, int, float]]) -> bool:
-        """Run up to n_epochs (1-based in the log); stop at the target. Returns converged."""
+               evaluate: Callable[[], tuple]) -> bool:
+        """Run up to n_epochs (1-based in the log); stop at the target. Returns converged.
+        train_epoch(epoch) -> (samples, seconds); evaluate() -> (metric, samples, seconds)
+        or (metric, samples, seconds, [(key, value), ...]): events logged right after the
+        metric (DeepCAM's eval_loss)."""
         for epoch in range(1, n_epochs + 1):
             self.log.start(C.EPOCH_START, metadata={"epoch_num": epoch})
             samples, seconds = train_epoch(epoch)
@@ -297,15 +419,16 @@ class MLPerfRun:
             self.train_seconds += seconds
             self.log.event(HPC.THROUGHPUT, samples / seconds if seconds > 0 else 0.0, metadata={"epoch_num": epoch})
             self.log.start(C.EVAL_START, metadata={"epoch_num": epoch})
-            metric, n_eval, eval_s = evaluate()
+            metric, n_eval, eval_s, *rest = evaluate()
+            extra = rest[0] if rest else []
             self.eval_samples += n_eval
             self.eval_seconds += eval_s
             if self.style.metric_in_eval:
-                self._log_metric(epoch, metric)
+                self._log_metric(epoch, metric, extra)
             self.log.end(C.EVAL_STOP, metadata={"epoch_num": epoch})
             self.log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch})
             if not self.style.metric_in_eval:
-                self._log_metric(epoch, metric)
+                self._log_metric(epoch, metric, extra)
             self.epochs_done, self.last_metric = epoch, float(metric)
             if self.quality.reached(metric):
                 self.status = "success"

@@ -69,12 +69,40 @@ def check_stage_dir(stage_dir: Path, data_dir: Path) -> None:
         raise KitError(f"--stage-dir {stage_dir}: must not overlap the data directory {data_dir}")
 
 
-def copy_files(files: list[Path], dest: Path) -> int:
-    """Copy `files` into the fresh directory `dest`; returns bytes copied."""
-    if dest.exists():
-        shutil.rmtree(dest)
+def make_own_dir(root: Path) -> list[Path]:
+    """Create the run's staging directory `root` (it must not exist) and any missing parent;
+    returns what was created, deepest first, for remove_own_dirs."""
+    made = []
+    parent = root.parent
+    while not parent.exists():
+        made.append(parent)
+        parent = parent.parent
     try:
-        dest.mkdir(parents=True)
+        root.mkdir(parents=True)
+    except FileExistsError:
+        raise KitError(f"--stage-dir {root.parent}: {root.name} exists already; the run stages only into a "
+                       "directory it creates")
+    except OSError as e:
+        raise KitError(f"--stage-dir {root.parent}: cannot create {root.name} ({e.strerror})")
+    return [root, *made]
+
+
+def remove_own_dirs(made: list[Path]) -> None:
+    """Remove the staging directory the run created (its copies only) and the parents it
+    created, if they are empty; never anything else."""
+    shutil.rmtree(made[0], ignore_errors=True)
+    for d in made[1:]:
+        try:
+            d.rmdir()
+        except OSError:
+            break
+
+
+def copy_files(files: list[Path], dest: Path) -> int:
+    """Copy `files` into the new directory `dest` (inside the run's own staging
+    directory); returns bytes copied."""
+    try:
+        dest.mkdir()
     except OSError as e:
         raise KitError(f"--stage-dir {dest}: cannot create ({e.strerror})")
     total = 0

@@ -4,8 +4,9 @@ Reads any directory laid out like the public dataset: `<root>/train/` and
 `<root>/validation/` holding either one-sample GZIP (or plain) TFRecord files with
 features `x` (raw int16, S,S,S,4) and `y` (float32[4]), or the converted npy layout
 (`*_data.npy`, `*_label.npy`, listed in `files_data.lst` / `files_label.lst`).
-As the reference: files sorted by name, the first n of them used, sharded rank::size,
-transform x = log(x + 1) (or x / mean(x) when apply_log is false).
+As the reference: files sorted by name, the first n of them used, each epoch's shard drawn
+by hpckit.common.run.EpochSampler, transform x = log(x + 1) (or x / mean(x) when apply_log
+is false).
 """
 
 from __future__ import annotations
@@ -161,7 +162,15 @@ def find_bad_file(split: SplitFiles, size: int) -> KitError | None:
 
 # ---------------------------------------------------------------- PyTorch
 
-def torch_loader(split: SplitFiles, cfg: dict, train: bool, seed: int):
+def _sampler(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler):
+    """The rank's sampler (hpckit.common.run.EpochSampler), or all of `split`, reshuffled
+    every epoch when training."""
+    from hpckit.common.run import EpochSampler
+    return sampler if sampler is not None else EpochSampler(len(split), 0, 1, None, seed,
+                                                            train and cfg["data"]["shuffle"])
+
+
+def torch_loader(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler=None):
     import torch
     from torch.utils.data import DataLoader, Dataset
 
@@ -176,16 +185,14 @@ def torch_loader(split: SplitFiles, cfg: dict, train: bool, seed: int):
             return torch.from_numpy(transform(x, apply_log)), torch.from_numpy(y)
 
     workers = cfg["data"]["loader_workers"]
-    generator = torch.Generator().manual_seed(seed)
     return DataLoader(CosmoDataset(), batch_size=cfg["data"]["batch_size"],
-                      shuffle=train and cfg["data"]["shuffle"], drop_last=train, generator=generator,
-                      num_workers=workers, persistent_workers=workers > 0,
+                      sampler=_sampler(split, cfg, train, seed, sampler), drop_last=train, num_workers=workers, persistent_workers=workers > 0,
                       prefetch_factor=cfg["data"]["prefetch"] if workers > 0 else None)
 
 
 # ---------------------------------------------------------------- TensorFlow
 
-def tf_dataset(split: SplitFiles, cfg: dict, train: bool, seed: int):
+def tf_dataset(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler=None):
     import tensorflow as tf
 
     size, apply_log = cfg["data"]["sample_size"], cfg["data"]["apply_log"]
@@ -196,9 +203,10 @@ def tf_dataset(split: SplitFiles, cfg: dict, train: bool, seed: int):
         x = tf.math.log(x + 1.0) if apply_log else x / tf.reduce_mean(x)
         return x, y
 
-    index = tf.data.Dataset.range(len(split.files))
-    if train and cfg["data"]["shuffle"]:
-        index = index.shuffle(len(split.files), seed=seed, reshuffle_each_iteration=True)
+    # the same per-epoch shard as the PyTorch path: each pass over the dataset (an epoch)
+    # draws the sampler's next epoch
+    sampler = _sampler(split, cfg, train, seed, sampler)
+    index = tf.data.Dataset.from_generator(lambda: iter(sampler), output_signature=tf.TensorSpec((), tf.int64))
     if split.fmt == "tfrecord":
         names = tf.constant([str(f) for f in split.files])
         features = {"x": tf.io.FixedLenFeature([], tf.string), "y": tf.io.FixedLenFeature([N_TARGETS], tf.float32)}

@@ -30,7 +30,7 @@ from pathlib import Path
 import numpy as np
 
 from hpckit.common.errors import KitError
-from hpckit.common.fileio import atomic_write_bytes, atomic_write_text, ensure_writable_dir, sha256_file
+from hpckit.common.fileio import atomic_write_bytes, atomic_write_text, ensure_new_dir, sha256_file
 
 GENERATOR_VERSION = 1
 PARAM_NAMES = ("sigma_8", "n_s", "Omega_m", "h")
@@ -189,7 +189,7 @@ def write_dataset(out: str | os.PathLike, n_train: int, n_valid: int, size: int 
     if fmt not in ("tfrecord", "npy"):
         raise KitError(f"datagen: unknown format {fmt!r}")
     root = Path(out)
-    ensure_writable_dir(root, "datagen --out")
+    ensure_new_dir(root, "datagen --out", "hpckit datagen writes")
     workers = workers or os.cpu_count() or 1
     counts = {"train": n_train, "validation": n_valid}
     pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None

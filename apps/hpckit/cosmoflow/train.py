@@ -15,12 +15,11 @@ from pathlib import Path
 
 from hpckit.common import cores, dist, precision
 from hpckit.common.config import load_config, require
-from hpckit.common.errors import KitError
+from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
 from hpckit.common.mllog import HPC, C
 from hpckit.common.native_log import divert_native_stderr
 from hpckit.common.fileio import ensure_writable_dir
-from hpckit.common.run import (LogStyle, MLPerfRun, Quality, check_equal_steps, diagnosed, equal_train_split, launch,
-                               node_share, rank_share)
+from hpckit.common.run import LogStyle, MLPerfRun, Quality, claim_output_dir, diagnosed, equal_train_split, launch
 from hpckit.cosmoflow import BENCHMARK, data
 from hpckit.cosmoflow.model_spec import validate_model_config
 
@@ -113,8 +112,9 @@ class TorchBackend:
         self.net = self.comm.wrap_model(self.model) if self.comm.kind in ("torch", "horovod") else self.model
 
     def loaders(self, splits):
-        return (data.torch_loader(splits["train"], self.cfg, train=True, seed=self.seed),
-                data.torch_loader(splits["validation"], self.cfg, train=False, seed=self.seed))
+        return (data.torch_loader(splits["train"].files, self.cfg, True, self.seed, splits["train"].sampler),
+                data.torch_loader(splits["validation"].files, self.cfg, False, self.seed,
+                                  splits["validation"].sampler))
 
     def train_epoch(self, loader, split, lr: float) -> int:
         torch = self.torch
@@ -203,8 +203,9 @@ class TensorFlowBackend:
         self.train_step, self.eval_step = train_step, eval_step
 
     def loaders(self, splits):
-        return (data.tf_dataset(splits["train"], self.cfg, train=True, seed=self.seed),
-                data.tf_dataset(splits["validation"], self.cfg, train=False, seed=self.seed))
+        return (data.tf_dataset(splits["train"].files, self.cfg, True, self.seed, splits["train"].sampler),
+                data.tf_dataset(splits["validation"].files, self.cfg, False, self.seed,
+                                splits["validation"].sampler))
 
     def train_epoch(self, ds, split, lr: float) -> int:
         self.optimizer.learning_rate.assign(lr)
@@ -254,6 +255,7 @@ def choose_framework(requested: str, device: str = "auto") -> str:
 def train(args) -> int:
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
+    claim_output_dir(args.output_dir)
     args.framework = choose_framework(args.framework, args.device)
     if args.framework == "tensorflow":
         # before TensorFlow (or tf.distribute) is first imported: its C++ log lines go to a file
@@ -281,28 +283,23 @@ def train(args) -> int:
         backend = BACKENDS[args.framework](cfg, launched, run.out_dir)
         run.start_run()
 
-        on_node = {name: node_share(split, ranks) for name, split in files.items()}
-        staged = run.stage({name: s.all_paths() for name, s in on_node.items()}, launched.stage_dir)
-        if staged is not None:
-            on_node = {name: s.relocated(staged[name]) for name, s in on_node.items()}
-        shares = {name: rank_share(s, ranks) for name, s in on_node.items()}
-        check_equal_steps(comm, len(shares["train"]) // cfg["data"]["batch_size"])
-        run.log.event("hpckit_train_share", {"samples_per_rank": per_rank, "dropped_samples": dropped})
-        train_data, valid_data = backend.loaders(shares)
+        reading = run.stage_and_shard(files, per_rank, dropped, cfg["data"]["batch_size"], launched.stage_dir,
+                                      cfg["data"]["shuffle"])
+        train_data, valid_data = backend.loaders(reading)
 
         def train_epoch(epoch: int) -> tuple[int, float]:
             t0 = time.perf_counter()
-            n = backend.train_epoch(run.limited(train_data), shares["train"], learning_rate(cfg, global_batch, epoch - 1))
+            n = backend.train_epoch(run.limited(train_data), reading["train"].files, learning_rate(cfg, global_batch, epoch - 1))
             n = comm.allreduce_sum([n])[0]
             return int(n), time.perf_counter() - t0
 
         def evaluate() -> tuple[float, int, float]:
             t0 = time.perf_counter()
-            total, n = comm.allreduce_sum(list(backend.evaluate(valid_data, shares["validation"])))
+            total, n = comm.allreduce_sum(list(backend.evaluate(valid_data, reading["validation"].files)))
             return total / (n * data.N_TARGETS), int(n), time.perf_counter() - t0
 
         run.epochs(cfg["train"]["n_epochs"], train_epoch, evaluate)
         run.check_replicas(backend.fingerprint())
     if ranks.is_root:
         print(run.verdict())
-    return 0
+    return 0 if run.status == "success" else EXIT_NOT_CONVERGED

@@ -40,6 +40,9 @@ class DeepCamFiles:
     def __len__(self) -> int:
         return len(self.files)
 
+    def all_paths(self) -> list[Path]:
+        return list(self.files)
+
     def subset(self, indices) -> "DeepCamFiles":
         return DeepCamFiles(self.split, [self.files[i] for i in indices])
 
@@ -198,10 +201,13 @@ def find_bad_file(files: DeepCamFiles, stats: dict, cfg: dict) -> KitError | Non
 
 # ---------------------------------------------------------------- PyTorch
 
-def torch_loader(files: DeepCamFiles, stats: dict, cfg: dict, train: bool, seed: int):
-    """Batches of (x float32 (N, C, H, W), y int64 (N, H, W))."""
+def torch_loader(files: DeepCamFiles, stats: dict, cfg: dict, train: bool, seed: int, sampler=None):
+    """Batches of (x float32 (N, C, H, W), y int64 (N, H, W)), in the order of `sampler`
+    (hpckit.common.run.EpochSampler: the rank's per-epoch shard of `files`); without one,
+    all of `files`, reshuffled every epoch when training."""
     import torch
     from torch.utils.data import DataLoader, Dataset
+    from hpckit.common.run import EpochSampler
 
     norm = normalisation(stats, cfg)
 
@@ -215,8 +221,9 @@ def torch_loader(files: DeepCamFiles, stats: dict, cfg: dict, train: bool, seed:
 
     d = cfg["data"]
     workers = d["loader_workers"]
-    generator = torch.Generator().manual_seed(seed)
-    return DataLoader(CamDataset(), batch_size=d["batch_size"], shuffle=train and d["shuffle"],
-                      drop_last=train, generator=generator, num_workers=workers,
+    if sampler is None:
+        sampler = EpochSampler(len(files), 0, 1, None, seed, train and d["shuffle"])
+    return DataLoader(CamDataset(), batch_size=d["batch_size"], sampler=sampler,
+                      drop_last=train, num_workers=workers,
                       persistent_workers=workers > 0,
                       prefetch_factor=d["prefetch"] if workers > 0 else None)

@@ -58,7 +58,7 @@ from pathlib import Path
 import numpy as np
 
 from hpckit.common.errors import KitError
-from hpckit.common.fileio import atomic_path, atomic_write_text, ensure_writable_dir, sha256_file
+from hpckit.common.fileio import atomic_path, atomic_write_text, ensure_new_dir, sha256_file
 
 GENERATOR_VERSION = 1
 CHANNELS = ("TMQ", "U850", "V850", "UBOT", "VBOT", "QREFHT", "PS", "PSL", "T200", "T500",
@@ -547,7 +547,7 @@ def write_dataset(out: str | os.PathLike, n_train: int, n_valid: int, height: in
     if shuffle_labels and min(n_train, n_valid) < 2:
         raise KitError("datagen: shuffled labels need at least 2 samples per split")
     root = Path(out)
-    ensure_writable_dir(root, "datagen --out")
+    ensure_new_dir(root, "datagen --out", "hpckit datagen writes")
     workers = workers or os.cpu_count() or 1
     counts = {"train": n_train, "validation": n_valid}
     jobs = {}

@@ -14,10 +14,9 @@ import torch
 
 from hpckit.common import optim, precision
 from hpckit.common.config import load_config, require
-from hpckit.common.errors import KitError
+from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
 from hpckit.common.mllog import C
-from hpckit.common.run import (LogStyle, MLPerfRun, Quality, check_equal_steps, diagnosed, equal_train_split, launch,
-                               node_share, rank_share)
+from hpckit.common.run import LogStyle, MLPerfRun, Quality, claim_output_dir, diagnosed, equal_train_split, launch
 from hpckit.deepcam import BENCHMARK, data
 from hpckit.deepcam.model import build_model, validate_model_config
 
@@ -99,30 +98,45 @@ class Trainer:
         self.scheduler = optim.make_scheduler(self.optimizer, cfg["scheduler"])
         self.weights = class_weights(cfg).to(self.device)
         self.accumulate = cfg["train"]["gradient_accumulation_frequency"]
+        self.steps = 0                          # batches trained, the reference's step_num
+        self.last_train = (float("nan"),) * 3   # (learning rate, loss, IoU) of the last epoch's end
 
-    def _forward_backward(self, x, y, step: bool) -> None:
+    def _forward_backward(self, x, y, step: bool):
         sync = step or self.comm.kind != "torch"
         with contextlib.nullcontext() if sync else self.net.no_sync():
             with precision.torch_autocast(self.cfg["train"]["precision"], self.device):
                 logits = self.net(x)
             loss = weighted_cross_entropy(logits.float(), y, self.weights) / self.accumulate
             loss.backward()
+        return logits, loss
 
     def train_epoch(self, batches) -> int:
+        """One epoch; returns the samples trained. Keeps what the reference logs at the end
+        of an epoch (mlcommons/hpc@2c627d4 deepcam/src/deepCam/driver/trainer.py:98-116, its
+        default --logging_frequency 0): the learning rate of the last optimizer step, and
+        the last batch's loss (as back-propagated: / gradient_accumulation_frequency) and
+        mean IoU, in self.last_train for train.py to average over the ranks and log."""
         self.model.train()
         n = 0
+        lr = self.optimizer.param_groups[0]["lr"]
+        logits = y = loss = None
         self.optimizer.zero_grad(set_to_none=True)
         for i, (x, y) in enumerate(batches, start=1):
             x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
             step = i % self.accumulate == 0
-            self._forward_backward(x, y, step)
+            logits, loss = self._forward_backward(x, y, step)
             if step:
                 if self.comm.kind == "horovod":
                     self.comm.average_gradients(self.model.parameters())
+                lr = self.optimizer.param_groups[0]["lr"]
                 self.optimizer.step()
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
             n += x.shape[0]
+            self.steps += 1
+        if loss is not None:
+            iou = iou_per_sample(logits.detach().argmax(1), y, self.cfg["model"]["n_classes"]).mean().item()
+            self.last_train = (lr, float(loss.detach()), iou)
         return n
 
     def average_bn_stats(self) -> None:
@@ -131,18 +145,22 @@ class Trainer:
     def bn_fingerprint(self) -> float:
         return float(sum(b.double().abs().sum().item() for b in self.bn_stats))
 
-    def evaluate(self, batches) -> tuple[float, int]:
-        """(sum of per-sample IoUs over this rank's samples, samples)."""
+    def evaluate(self, batches) -> tuple[float, int, float, int]:
+        """(sum of per-sample IoUs over this rank's samples, samples, sum of the batches'
+        losses, batches): eval_loss is the mean batch loss over all ranks' batches, as the
+        reference's (driver/validation.py:57-84)."""
         self.model.eval()
-        total, n = 0.0, 0
+        total, n, loss, batches_seen = 0.0, 0, 0.0, 0
         with torch.no_grad():
             for x, y in batches:
                 x, y = x.to(self.device), y.to(self.device)
                 with precision.torch_autocast(self.cfg["train"]["precision"], self.device):
-                    pred = self.model(x).argmax(1)
-                total += iou_per_sample(pred, y, self.cfg["model"]["n_classes"]).sum().item()
+                    logits = self.model(x)
+                loss += weighted_cross_entropy(logits.float(), y, self.weights).item()
+                batches_seen += 1
+                total += iou_per_sample(logits.argmax(1), y, self.cfg["model"]["n_classes"]).sum().item()
                 n += x.shape[0]
-        return total, n
+        return total, n, loss, batches_seen
 
     def fingerprint(self) -> float:
         """Weights and batch-norm statistics: both must be equal on every rank at the end."""
@@ -155,6 +173,7 @@ def train(args) -> int:
         raise KitError(f"--framework {args.framework}: DeepCAM is implemented in PyTorch, as the reference")
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
+    claim_output_dir(args.output_dir)
     launched = launch(args, "pytorch", cfg)
     ranks, comm = launched.ranks, launched.comm
     if launched.seed <= 0:
@@ -174,33 +193,32 @@ def train(args) -> int:
         trainer = Trainer(cfg, launched)
         run.start_run()
 
-        on_node = {name: node_share(split, ranks) for name, split in files.items()}
-        staged = run.stage({name: s.files for name, s in on_node.items()}, launched.stage_dir)
-        if staged is not None:
-            on_node = {name: s.relocated(staged[name]) for name, s in on_node.items()}
-        shares = {name: rank_share(s, ranks) for name, s in on_node.items()}
-        check_equal_steps(comm, len(shares["train"]) // unit)
-        run.log.event("hpckit_train_share", {"samples_per_rank": per_rank, "dropped_samples": dropped})
-        loaders = {name: data.torch_loader(s, stats, cfg, train=name == "train", seed=launched.seed)
-                   for name, s in shares.items()}
+        reading = run.stage_and_shard(files, per_rank, dropped, unit, launched.stage_dir, cfg["data"]["shuffle"])
+        loaders = {name: data.torch_loader(r.files, stats, cfg, name == "train", launched.seed, r.sampler)
+                   for name, r in reading.items()}
 
         def batches(name):
-            split = shares[name]
+            split = reading[name].files
             return diagnosed(loaders[name], lambda: data.find_bad_file(split, stats, cfg), str(split.files[0].parent))
 
         def train_epoch(epoch: int) -> tuple[int, float]:
             t0 = time.perf_counter()
-            n = comm.allreduce_sum([trainer.train_epoch(run.limited(batches("train")))])[0]
+            n = trainer.train_epoch(run.limited(batches("train")))
+            n, *sums = comm.allreduce_sum([n, *trainer.last_train])
+            seconds = time.perf_counter() - t0
+            # the reference's end-of-epoch events, rank means (trainer.py:114-116)
+            for key, value in zip(("learning_rate", "train_accuracy", "train_loss"), sums):
+                run.log.event(key, value / ranks.size, metadata={"epoch_num": epoch, "step_num": trainer.steps})
             trainer.average_bn_stats()
-            return int(n), time.perf_counter() - t0
+            return int(n), seconds
 
-        def evaluate() -> tuple[float, int, float]:
+        def evaluate():
             t0 = time.perf_counter()
-            total, n = comm.allreduce_sum(list(trainer.evaluate(batches("validation"))))
-            return total / n, int(n), time.perf_counter() - t0
+            total, n, loss, n_batches = comm.allreduce_sum(list(trainer.evaluate(batches("validation"))))
+            return total / n, int(n), time.perf_counter() - t0, [("eval_loss", loss / max(n_batches, 1))]
 
         run.epochs(cfg["train"]["n_epochs"], train_epoch, evaluate)
         run.check_replicas(trainer.fingerprint())
     if ranks.is_root:
         print(run.verdict())
-    return 0
+    return 0 if run.status == "success" else EXIT_NOT_CONVERGED

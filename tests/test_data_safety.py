@@ -1,0 +1,95 @@
+"""Nothing is lost (issue 11, class 1): the kit never rewrites what it did not create in
+this run. Real files, a real lock held by another process; every pre-existing file is
+compared byte for byte afterwards. (Staging into a directory that holds another dataset:
+tests/test_cosmoflow_train.py::test_staging_copies_the_share_inside_the_clock.)"""
+
+from __future__ import annotations
+
+import fcntl
+import hashlib
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO, run_hpckit
+
+REAL_LOG = REPO.parent / "shared" / "real_logs" / "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet__cosmoflow__result_1.txt"
+
+
+def snapshot(root: Path) -> dict[str, str]:
+    return {p.relative_to(root).as_posix(): hashlib.sha256(p.read_bytes()).hexdigest() if p.is_file() else "dir"
+            for p in sorted(root.rglob("*"))}
+
+
+def one_line_error(proc, *needles) -> str:
+    assert proc.returncode == 2, (proc.returncode, proc.stdout[-1500:], proc.stderr[-1500:])
+    err = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(err) == 1 and "Traceback" not in proc.stderr + proc.stdout, proc.stderr
+    for needle in needles:
+        assert str(needle) in err[0], (needle, err[0])
+    return err[0]
+
+
+@pytest.mark.parametrize("benchmark", ["cosmoflow", "deepcam"])
+def test_datagen_never_rewrites_an_existing_dataset(benchmark, tmp_path):
+    out = tmp_path / "data"
+    run_hpckit("datagen", benchmark, "--config", "mini", "--out", out, "--train", "2", "--valid", "2", "--seed", "1",
+               check=True)
+    before = snapshot(out)
+    again = run_hpckit("datagen", benchmark, "--config", "mini", "--out", out, "--seed", "2")
+    one_line_error(again, f"datagen --out {out}", "not empty")
+    assert snapshot(out) == before
+    # a directory holding anything else is refused too; an existing empty one is filled
+    other = tmp_path / "other"
+    other.mkdir()
+    (other / "README").write_text("mine\n")
+    one_line_error(run_hpckit("datagen", benchmark, "--config", "mini", "--out", other, "--seed", "2"), "README")
+    assert snapshot(other) == {"README": hashlib.sha256(b"mine\n").hexdigest()}
+
+
+def train_cmd(data: Path, out: Path) -> list:
+    return ["train", "cosmoflow", "--data", data, "--config", "mini", "--output-dir", out,
+            "--framework", "pytorch", "--seed", "1", "--set", "train.max_steps=1"]
+
+
+def test_a_used_output_dir_is_refused(mini_data, tmp_path):
+    """An earlier run's log and summary are never replaced: the rerun stops before writing."""
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "mlperf.log").write_bytes(REAL_LOG.read_bytes())
+    (out / "summary.json").write_text('{"status": "success"}\n')
+    before = snapshot(out)
+    one_line_error(run_hpckit(*train_cmd(mini_data, out)), f"--output-dir {out}", "earlier run's mlperf.log")
+    after = snapshot(out)
+    assert {k: v for k, v in after.items() if k != ".hpckit.lock"} == before
+
+
+def test_a_second_run_into_a_directory_in_use_stops(mini_data, tmp_path):
+    """Another process holds the directory's run lock (as a running `hpckit train` does):
+    a run started into it exits 2 at once and writes nothing there."""
+    out = tmp_path / "out"
+    out.mkdir()
+    holder = subprocess.Popen(
+        [sys.executable, "-c", "import fcntl, os, sys, time\n"
+                               "fd = os.open(sys.argv[1], os.O_WRONLY | os.O_CREAT)\n"
+                               "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(120)",
+         str(out / ".hpckit.lock")], stdout=subprocess.PIPE, text=True)
+    try:
+        assert holder.stdout.readline().strip() == "held"
+        proc = run_hpckit(*train_cmd(mini_data, out), timeout=120)
+        one_line_error(proc, f"--output-dir {out}", "another hpckit run is writing into it")
+        assert sorted(p.name for p in out.iterdir()) == [".hpckit.lock"]
+    finally:
+        holder.kill()
+        holder.wait()
+    # the lock is free again: the run goes ahead (one step) and takes the lock itself
+    proc = run_hpckit(*train_cmd(mini_data, out), timeout=600)
+    assert proc.returncode == 3 and "NOT converged" in proc.stdout, proc.stderr[-2000:]   # step-limited
+    fd = os.open(out / ".hpckit.lock", os.O_WRONLY)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # released when that run ended
+    finally:
+        os.close(fd)
