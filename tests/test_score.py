@@ -436,3 +436,17 @@ def test_byte_identical_copies_make_the_set_invalid(tmp_path):
     proc = run_hpckit("score", tmp_path, "--scaling", "strong")
     assert proc.returncode == 1
     assert "invalid (result_3.txt is a byte-identical copy of result_1.txt)" in proc.stdout
+
+
+def test_a_log_reached_twice_is_one_log(tmp_path):
+    """Overlapping arguments (a set and its parent folder, a file and its folder) score each
+    log once: the same 10 runs, the same figure as the set alone."""
+    sets = REAL / "sets"
+    one = REAL / "sets" / "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet__cosmoflow"
+    if not one.is_dir():
+        pytest.skip("real logs not present")
+    js = tmp_path / "s.json"
+    proc = run_hpckit("score", one, sets, one / "result_3.txt", "--scaling", "strong", "--json", js)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    got = json.loads(js.read_text())["sets"]
+    assert len(got) == 1 and len(got[0]["runs"]) == 10 and round(got[0]["score"]["score_min"], 2) == 25.78

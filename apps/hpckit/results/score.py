@@ -187,8 +187,23 @@ def find_sets(paths: list[str | Path], scaling: str | None = None) -> tuple[list
             raise KitError(f"directory {arg}: no result logs (result_*.txt, *.log)")
         sets += laid_out
         loose += found
-    if loose:
-        sets += _bare_sets(loose, scaling)
+    # a log reached twice through overlapping arguments (a folder and its parent) is one log
+    seen_dirs, unique_sets = set(), []
+    for s in sets:
+        key = Path(s["source"]).resolve()
+        if key not in seen_dirs:
+            seen_dirs.add(key)
+            unique_sets.append(s)
+    in_sets = {p.resolve() for s in unique_sets for p in s["logs"]}
+    seen_files, unique_loose = set(), []
+    for p in loose:
+        key = p.resolve()
+        if key not in seen_files and key not in in_sets:
+            seen_files.add(key)
+            unique_loose.append(p)
+    sets = unique_sets
+    if unique_loose:
+        sets += _bare_sets(unique_loose, scaling)
     return sets, notes
 
 
