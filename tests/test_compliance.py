@@ -472,3 +472,24 @@ def test_report_written_atomically_and_replaced(nvidia, tmp_path, capsys):
     text = report.read_text()
     assert "stale" not in text and "INFO - SUCCESS" in text and out[0] in text
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([nvidia.name, report.name])
+
+
+@pytest.mark.parametrize("key", ["run_start", "run_stop"])   # the keys its rules want EXACTLY_ONE of
+def test_a_key_the_rules_want_once_logged_twice_is_not_compliant(helmholtz, tmp_path, capsys, key):
+    """The official checker only warns on a second run_start (and still says SUCCESS); a log
+    holding two runs' worth of run_start/run_stop is not one compliant run."""
+    records = read_records(helmholtz)
+    i = index_of(records, key)
+    log = write_log(tmp_path / f"twice_{key}.txt", records[:i + 1] + [records[i]] + records[i + 1:])
+    rc, out, _ = check([log, "--ruleset", "hpc-2.0.0"], capsys)
+    reason = assert_not_compliant(rc, out, log, "hpc-2.0.0")
+    assert reason == f"Required EXACTLY_ONE occurrence of '{key}' but found 2"
+
+
+def test_run_stop_before_run_start_is_not_compliant(helmholtz, tmp_path, capsys):
+    records = read_records(helmholtz)
+    start, stop = index_of(records, "run_start"), index_of(records, "run_stop")
+    moved = records[:start] + [records[stop]] + records[start:stop] + records[stop + 1:]
+    log = write_log(tmp_path / "stop_first.txt", moved)
+    rc, out, _ = check([log, "--ruleset", "hpc-2.0.0"], capsys)
+    assert "run_stop" in assert_not_compliant(rc, out, log, "hpc-2.0.0")

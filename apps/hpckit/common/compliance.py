@@ -449,7 +449,16 @@ def check_log(log_path, ruleset: str, config_spec: str = "mini") -> tuple[bool, 
     combined = run.log_output if run.log_output.strip() else run.stderr
     succeeded = run.returncode == 0 and re.search(r"^INFO - SUCCESS$", combined, re.M) is not None
     failed_cleanly = re.search(r"^ERROR - FAILED$", combined, re.M) is not None
-    if succeeded:
+    # The checker reports an EXACTLY_ONE key found twice as a WARNING only and still says
+    # SUCCESS. A repeated hyperparameter of one value is harmless; a second run_start or
+    # run_stop means the log is not one run: `check` fails it (score keeps the summarizer's
+    # leniency)
+    twice = re.search(r"^WARNING -\s+(Required EXACTLY_ONE occurrence of '(?:run_start|run_stop|init_start|init_stop)' "
+                      r"but found \d+)", combined, re.M)
+    if succeeded and twice:
+        succeeded = False
+        verdict = f"NOT COMPLIANT: {log} fails the {ruleset} ruleset: {twice.group(1)}"
+    elif succeeded:
         verdict = f"COMPLIANT: {log} passes the {ruleset} ruleset ({info.benchmark}, {info.division})"
     else:
         if failed_cleanly:
