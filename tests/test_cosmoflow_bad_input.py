@@ -116,6 +116,19 @@ def test_not_gzip_at_all(data_copy, tmp_path):
     assert_one_line_error(train(data_copy, tmp_path / "out"), bad)
 
 
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+@pytest.mark.parametrize("content", [b"", b"plain garbage, no gzip magic" * 4])
+def test_bad_first_file_is_the_file_named(data_copy, tmp_path, framework, content):
+    """Compression is decided per file: a zero-byte or garbage FIRST file is the one
+    named, not a healthy GZIP file read as if uncompressed."""
+    bad = first_train_file(data_copy)
+    bad.write_bytes(content)
+    out = tmp_path / "out"
+    line = assert_one_line_error(train(data_copy, out, framework=framework), bad)
+    others = [p for p in (data_copy / "train").iterdir() if p != bad]
+    assert not any(str(p) in line for p in others), line
+
+
 def test_unknown_config_key(data_copy, tmp_path):
     proc = train(data_copy, tmp_path / "out", "--set", "model.conv_sise=8")
     assert_one_line_error(proc, "model.conv_sise")

@@ -476,13 +476,18 @@ def _decompress(path: str, raw: bytes, comp: str) -> bytes:
 
 
 def _load(path, compression: str | None) -> tuple[str, bytes]:
-    comp = _normalize_compression(compression)
+    """The file's bytes, decompressed. compression "AUTO": GZIP when the file starts with
+    the gzip magic, else none, decided per file (a bad file never makes a good one look bad)."""
     path = os.fspath(path)
     try:
         with open(path, "rb") as f:
             raw = f.read()
     except OSError as exc:
         raise KitError(f"{path}: cannot read ({exc.strerror or exc})") from None
+    if (compression or "").upper() == "AUTO":
+        comp = "GZIP" if raw[:2] == b"\x1f\x8b" else ""
+    else:
+        comp = _normalize_compression(compression)
     return path, (_decompress(path, raw, comp) if comp else raw)
 
 

@@ -12,6 +12,7 @@ is false).
 from __future__ import annotations
 
 import os
+import stat
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -79,11 +80,22 @@ def find_split(root: Path, split: str, n_samples: int, config_key: str) -> Split
     if len(found.files) < n_samples:
         raise KitError(f"{d}: holds {len(found.files)} samples but config key '{config_key}' asks for {n_samples}")
     found = found.subset(range(n_samples))
-    for p in found.all_paths():
-        if not p.is_file():
-            raise KitError(f"{p}: listed sample file is missing")
+    for p in found.all_paths():   # one stat per file: missing and empty files named before any reading
+        try:
+            st = p.stat()
+        except OSError:
+            raise KitError(f"{p}: listed sample file is missing") from None
+        if not stat.S_ISREG(st.st_mode):
+            raise KitError(f"{p}: listed sample file is not a regular file")
+        if st.st_size == 0:
+            # TensorFlow's TFRecordDataset reads an empty file as zero records, silently
+            raise KitError(f"{p}: empty file (0 bytes)")
     if found.fmt == "tfrecord":
-        found.compression = "GZIP" if _starts_with(found.files[0], GZIP_MAGIC) else None
+        # for TensorFlow's reader, which takes one compression per dataset: the majority of
+        # the first files (one bad first file does not decide it); the kit's own reader
+        # decides per file (read_sample), so an error always names the file that is bad
+        probe = [_starts_with(f, GZIP_MAGIC) for f in found.files[:9]]
+        found.compression = "GZIP" if 2 * sum(probe) >= len(probe) else None
     return found
 
 
@@ -109,7 +121,7 @@ def read_sample(split: SplitFiles, index: int, size: int) -> tuple[np.ndarray, n
     path = split.files[index]
     if split.fmt == "tfrecord":
         from hpckit.common import tfrecord
-        example = tfrecord.read_example_file(path, compression=split.compression)
+        example = tfrecord.read_example_file(path, compression="AUTO")
         if "x" not in example or "y" not in example:
             raise KitError(f"{path}: TFRecord example lacks feature {'x' if 'x' not in example else 'y'}")
         raw, y = example["x"], np.asarray(example["y"], dtype=np.float32)
