@@ -129,6 +129,32 @@ def test_bad_first_file_is_the_file_named(data_copy, tmp_path, framework, conten
     assert not any(str(p) in line for p in others), line
 
 
+def test_negative_particle_count_names_the_file(data_copy, tmp_path):
+    bad = sorted((data_copy / "train").iterdir())[3]
+    example = tfrecord.read_example_file(bad)
+    x = np.frombuffer(example["x"], "<i2").copy()
+    x[123] = -5
+    tfrecord.write_example_file(bad, {"x": x.tobytes(), "y": np.asarray(example["y"], np.float32)})
+    assert_one_line_error(train(data_copy, tmp_path / "out"), bad, "negative particle count (-5)")
+
+
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_diverging_training_stops_at_the_step(data_copy, tmp_path, framework):
+    """A learning rate of 1e12 blows the weights up: the run stops at the first non-finite
+    step, run_stop aborted naming the step, exit 3 (trained, target missed), no traceback."""
+    out = tmp_path / "out"
+    proc = train(data_copy, out, "--set", "lr_schedule.base_lr=1e12", "--set", "train.n_epochs=3",
+                 framework=framework)
+    assert proc.returncode == 3 and "Traceback" not in proc.stderr, proc.stdout[-2000:] + proc.stderr[-2000:]
+    assert "training diverged" in proc.stdout and "at training step" in proc.stdout
+    stop = json.loads((out / "mlperf.log").read_text().splitlines()[-1].split(":::MLLOG ", 1)[1])
+    assert stop["key"] == "run_stop" and stop["metadata"]["status"] == "aborted"
+    assert "is nan at training step" in stop["metadata"]["reason"] or "is inf at training step" in \
+        stop["metadata"]["reason"], stop
+    summary = json.loads((out / "summary.json").read_text())
+    assert summary["status"] == "aborted" and summary["stop_reason"] == stop["metadata"]["reason"]
+
+
 def test_unknown_config_key(data_copy, tmp_path):
     proc = train(data_copy, tmp_path / "out", "--set", "model.conv_sise=8")
     assert_one_line_error(proc, "model.conv_sise")

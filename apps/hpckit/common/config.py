@@ -11,6 +11,7 @@ float; a mapping or list must stay a mapping or list).
 from __future__ import annotations
 
 import copy
+import math
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
@@ -63,6 +64,11 @@ def _coerce(old: Any, new: Any, dotted: str, source: str) -> Any:
             raise KitError(f"config key '{dotted}' in {source}: expected true/false, got {new!r}")
         return new
     if isinstance(old, float):
+        if isinstance(new, str):   # YAML 1.1 reads 1e12 (no dot) as a string
+            try:
+                new = float(new) if math.isfinite(float(new)) else new
+            except ValueError:
+                pass
         if isinstance(new, bool) or not isinstance(new, (int, float)):
             raise KitError(f"config key '{dotted}' in {source}: expected a number, got {new!r}")
         return float(new)

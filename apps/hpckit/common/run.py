@@ -194,6 +194,19 @@ def launch(args, framework: str, cfg: dict) -> Launch:
     return Launch(ranks, comm, device, seed, stage_dir, core_plan, bool(getattr(args, "keep_staged", False)))
 
 
+class Diverged(Exception):
+    """The training became non-finite: the run stops as not converged (exit 3)."""
+
+
+def check_finite(value: float, step: int, what: str) -> None:
+    """Stop the run at the first step where `value` (a quantity equal on every rank: the
+    averaged gradients' norm, the replicated weights' norm, so all ranks stop together and
+    none waits in a collective) is not finite: one line naming the step."""
+    if not math.isfinite(value):
+        raise Diverged(f"{what} is {value} at training step {step}: the training diverged (a learning rate "
+                       "too high, or non-finite input data)")
+
+
 _CLAIMS: dict[Path, int] = {}   # output dir -> the lock's file descriptor, held until exit
 RUN_FILES = ("mlperf.log", "summary.json")
 
@@ -271,6 +284,7 @@ class MLPerfRun:
             raise KitError(f"config key 'train.max_steps': {self.max_steps!r} is not a number of steps >= 1 (or null)")
         self.steps_done = 0
         self.keep_staged = launched.keep_staged
+        self.stop_reason: str | None = None   # why a run stopped early (diverged)
         self.staged_made: list[Path] = []   # what staging created on this node, removed at the end
 
     # -- context: nothing is lost -------------------------------------------------------
@@ -414,7 +428,12 @@ class MLPerfRun:
         metric (DeepCAM's eval_loss)."""
         for epoch in range(1, n_epochs + 1):
             self.log.start(C.EPOCH_START, metadata={"epoch_num": epoch})
-            samples, seconds = train_epoch(epoch)
+            try:
+                samples, seconds = train_epoch(epoch)
+            except Diverged as e:
+                self.epochs_done, self.status, self.stop_reason = epoch, "aborted", str(e)
+                self.log.run_stop("aborted", reason=str(e))
+                return False
             self.train_samples += samples
             self.train_seconds += seconds
             self.log.event(HPC.THROUGHPUT, samples / seconds if seconds > 0 else 0.0, metadata={"epoch_num": epoch})
@@ -435,8 +454,8 @@ class MLPerfRun:
                 self.log.run_stop("success")
                 return True
             if not math.isfinite(metric):
-                self.status = "aborted"
-                self.log.run_stop("aborted", reason=f"{self.quality.metric} is {metric}: training diverged")
+                self.status, self.stop_reason = "aborted", f"{self.quality.metric} is {metric}: training diverged"
+                self.log.run_stop("aborted", reason=self.stop_reason)
                 return False
             if self.max_steps is not None and self.steps_done >= self.max_steps:
                 self.status = "aborted"
@@ -451,7 +470,7 @@ class MLPerfRun:
         """Every rank's model must be the same at the end (data parallelism that does not
         average would still 'train', on 1/N of the data): compare a weight fingerprint
         across ranks and fail the run if they differ."""
-        if self.ranks.size == 1:
+        if self.ranks.size == 1 or self.stop_reason:   # a diverged run's weights are not finite
             return
         self.replicas_in_sync, mean, spread = replicas_agree(self.comm, fingerprint)
         if not self.replicas_in_sync:
@@ -462,6 +481,8 @@ class MLPerfRun:
     def verdict(self) -> str:
         """The one line `hpckit train` prints at the end."""
         state = "converged" if self.status == "success" else "NOT converged"
+        if self.stop_reason:
+            state += f" ({self.stop_reason})"
         return (f"hpckit train {self.benchmark}: {state}: {self.quality.metric} {self.last_metric:.4f} "
                 f"(target {self.quality.target}) after {self.epochs_done} epochs; "
                 f"{self.out_dir / 'mlperf.log'}, {self.out_dir / 'summary.json'}")
@@ -500,6 +521,8 @@ class MLPerfRun:
             "mlperf_log": "mlperf.log",
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
+        if self.stop_reason:
+            summary["stop_reason"] = self.stop_reason
         if error:
             summary["error"] = error
         write_summary(self.out_dir / "summary.json", summary)

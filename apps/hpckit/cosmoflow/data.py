@@ -138,6 +138,9 @@ def read_sample(split: SplitFiles, index: int, size: int) -> tuple[np.ndarray, n
             raise KitError(f"{path}: array is {x.dtype} {x.shape}, expected int16 {shape}")
         label_path = split.labels[index]
         y = _load_npy(label_path).astype(np.float32).reshape(-1)
+    low = int(x.min())
+    if low < 0:   # particle counts: log(x + 1) of a negative count is not a number
+        raise KitError(f"{path}: feature x holds a negative particle count ({low})")
     if y.shape != (N_TARGETS,):
         raise KitError(f"{label_path}: target y has {y.size} values, expected {N_TARGETS}")
     if not np.all(np.isfinite(y)):

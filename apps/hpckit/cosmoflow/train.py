@@ -19,7 +19,8 @@ from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
 from hpckit.common.mllog import HPC, C
 from hpckit.common.native_log import divert_native_stderr
 from hpckit.common.fileio import ensure_writable_dir
-from hpckit.common.run import LogStyle, MLPerfRun, Quality, claim_output_dir, diagnosed, equal_train_split, launch
+from hpckit.common.run import (LogStyle, MLPerfRun, Quality, check_finite, claim_output_dir, diagnosed,
+                               equal_train_split, launch)
 from hpckit.cosmoflow import BENCHMARK, data
 from hpckit.cosmoflow.model_spec import validate_model_config
 
@@ -110,6 +111,7 @@ class TorchBackend:
         # DDP wraps the module (gradients averaged in backward); Horovod broadcasts rank 0's
         # weights and averages after backward; one process: the module itself
         self.net = self.comm.wrap_model(self.model) if self.comm.kind in ("torch", "horovod") else self.model
+        self.steps = 0
 
     def loaders(self, splits):
         return (data.torch_loader(splits["train"].files, self.cfg, True, self.seed, splits["train"].sampler),
@@ -131,6 +133,9 @@ class TorchBackend:
             if self.comm.kind == "horovod":
                 self.comm.average_gradients(self.params)
             grads = [p.grad for p in self.params]
+            self.steps += 1
+            # averaged gradients: equal on every rank, so all stop at the same step
+            check_finite(float(torch.stack(torch._foreach_norm(grads)).norm()), self.steps, "the gradient norm")
             with torch.no_grad():
                 # Keras SGD (the reference's optimizer): v = m v - lr g; w += v
                 torch._foreach_mul_(self.velocity, self.momentum)
@@ -188,12 +193,14 @@ class TensorFlowBackend:
                 loss = loss / replicas
             grads = tape.gradient(loss, model.trainable_variables)
             optimizer.apply_gradients(zip(grads, model.trainable_variables))
-            return tf.shape(x)[0]
+            # the updated weights are the same on every replica: all stop at the same step
+            # when they turn non-finite
+            return tf.shape(x)[0], tf.linalg.global_norm(model.trainable_variables)
 
         @tf.function
         def train_step(x, y):
-            n = strategy.run(replica_train_step, args=(x, y))
-            return strategy.experimental_local_results(n)[0]
+            n, norm = strategy.run(replica_train_step, args=(x, y))
+            return strategy.experimental_local_results(n)[0], strategy.experimental_local_results(norm)[0]
 
         @tf.function
         def eval_step(x, y):
@@ -201,6 +208,7 @@ class TensorFlowBackend:
             return tf.reduce_sum(tf.abs(pred - y)), tf.shape(x)[0]
 
         self.train_step, self.eval_step = train_step, eval_step
+        self.steps = 0
 
     def loaders(self, splits):
         return (data.tf_dataset(splits["train"].files, self.cfg, True, self.seed, splits["train"].sampler),
@@ -211,7 +219,10 @@ class TensorFlowBackend:
         self.optimizer.learning_rate.assign(lr)
         n = 0
         for x, y in _diagnosed(ds, split, self.cfg):
-            n += int(self.train_step(x, y))
+            k, norm = self.train_step(x, y)
+            n += int(k)
+            self.steps += 1
+            check_finite(float(norm), self.steps, "the weights' norm")
         return n
 
     def evaluate(self, ds, split) -> tuple[float, int]:

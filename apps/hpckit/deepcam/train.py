@@ -16,7 +16,8 @@ from hpckit.common import optim, precision
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
 from hpckit.common.mllog import C
-from hpckit.common.run import LogStyle, MLPerfRun, Quality, claim_output_dir, diagnosed, equal_train_split, launch
+from hpckit.common.run import (LogStyle, MLPerfRun, Quality, check_finite, claim_output_dir, diagnosed,
+                               equal_train_split, launch)
 from hpckit.deepcam import BENCHMARK, data
 from hpckit.deepcam.model import build_model, validate_model_config
 
@@ -129,6 +130,10 @@ class Trainer:
                 if self.comm.kind == "horovod":
                     self.comm.average_gradients(self.model.parameters())
                 lr = self.optimizer.param_groups[0]["lr"]
+                # averaged gradients: equal on every rank, so all stop at the same step
+                grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+                check_finite(float(torch.stack(torch._foreach_norm(grads)).norm()), self.steps + 1,
+                             "the gradient norm")
                 self.optimizer.step()
                 self.scheduler.step()
                 self.optimizer.zero_grad(set_to_none=True)
