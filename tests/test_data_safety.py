@@ -93,3 +93,56 @@ def test_a_second_run_into_a_directory_in_use_stops(mini_data, tmp_path):
         fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)   # released when that run ended
     finally:
         os.close(fd)
+
+
+def _children(pid: int) -> set[int]:
+    kids = set()
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            kids |= {int(c) for c in (task / "children").read_text().split()}
+        except OSError:
+            pass
+    return kids
+
+
+def _alive(pid: int) -> bool:
+    try:
+        state = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0]
+    except OSError:
+        return False
+    return state != "Z"
+
+
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGKILL"])
+def test_datagen_workers_do_not_outlive_it(tmp_path, signame):
+    """A real signal to `hpckit datagen` while its two workers write samples: SIGTERM ends it
+    with one line and exit 143, and no worker is left running after either signal."""
+    import signal
+    import time
+    out = tmp_path / "data"
+    proc = subprocess.Popen([sys.executable, "-m", "hpckit", "datagen", "cosmoflow", "--out", str(out),
+                             "--train", "400", "--valid", "8", "--size", "64", "--workers", "2"],
+                            cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (out / "train").is_dir() or len(list((out / "train").iterdir())) < 3:
+        assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
+        time.sleep(0.2)
+    workers = _children(proc.pid)
+    assert len(workers) >= 2, workers
+    try:
+        proc.send_signal(getattr(signal, signame))
+        proc.wait(timeout=60)
+        deadline = time.monotonic() + 5    # they die with it, not after their current work
+        while any(_alive(w) for w in workers) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not [w for w in workers if _alive(w)], "datagen workers still running"
+    finally:
+        for w in workers:           # never leave them behind, whatever the outcome
+            if _alive(w):
+                os.kill(w, signal.SIGKILL)
+    err = proc.stderr.read()
+    if signame == "SIGTERM":
+        lines = [ln for ln in err.splitlines() if ln.strip()]
+        assert proc.returncode == 143 and len(lines) == 1 and "SIGTERM" in lines[0], err
+    else:
+        assert proc.returncode == -9

@@ -23,13 +23,13 @@ from __future__ import annotations
 
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from hpckit.common.errors import KitError
+from hpckit.common.pool import worker_pool
 from hpckit.common.fileio import atomic_write_bytes, atomic_write_text, ensure_new_dir, sha256_file
 
 GENERATOR_VERSION = 1
@@ -192,13 +192,9 @@ def write_dataset(out: str | os.PathLike, n_train: int, n_valid: int, size: int 
     ensure_new_dir(root, "datagen --out", "hpckit datagen writes")
     workers = workers or os.cpu_count() or 1
     counts = {"train": n_train, "validation": n_valid}
-    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
-    try:
+    with worker_pool(workers) as pool:
         splits = {split: _generate_split(split, counts[split], size, seed, fmt, root, shuffle_labels, pool)
                   for split in SPLITS}
-    finally:
-        if pool:
-            pool.shutdown()
     manifest = {
         "benchmark": "cosmoflow",
         "generator": "hpckit.cosmoflow.synthetic",

@@ -51,13 +51,13 @@ import datetime as _dt
 import functools
 import json
 import os
-from concurrent.futures import ProcessPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
 from hpckit.common.errors import KitError
+from hpckit.common.pool import worker_pool
 from hpckit.common.fileio import atomic_path, atomic_write_text, ensure_new_dir, sha256_file
 
 GENERATOR_VERSION = 1
@@ -558,16 +558,12 @@ def write_dataset(out: str | os.PathLike, n_train: int, n_valid: int, height: in
         perm = (derangement(n, np.random.default_rng([seed, SPLIT_SALT[split], SHUFFLE_SALT]))
                 if shuffle_labels else np.arange(n))
         jobs[split] = [SampleJob(split, i, int(perm[i]), height, width, seed, str(d)) for i in range(n)]
-    pool = ProcessPoolExecutor(max_workers=workers) if workers > 1 else None
-    try:
+    with worker_pool(workers) as pool:
         mapper = (lambda fn, items: list(pool.map(fn, items, chunksize=1))) if pool else \
                  (lambda fn, items: [fn(i) for i in items])
         samples = {split: mapper(_write_sample, jobs[split]) for split in SPLITS}
         train_paths = [str(root / "train" / s["name"]) for s in samples["train"]]
         stats = merge_stats(mapper(file_stats, train_paths))
-    finally:
-        if pool:
-            pool.shutdown()
     stats_digest = write_h5_atomic(root / "stats.h5", {f"climate/{k}": v for k, v in stats.items()})
     pixels = np.sum([s["class_pixels"] for sp in SPLITS for s in samples[sp]], axis=0)
     manifest = {
