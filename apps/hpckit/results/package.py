@@ -161,28 +161,21 @@ def load_system_json(path: Path) -> dict:
 # ---- runs --------------------------------------------------------------------------------
 
 def collect_runs(args_runs: list[str]) -> list[tuple[Path, object]]:
+    """The result logs under the arguments, found as `hpckit score` and `report` find them
+    (hpckit.results.score.find_sets: a kit run's mlperf.log, result_*.txt, the submission
+    layout), each read by the one log reader (hpckit.results.logs.parse_log). An argument
+    given twice is an error here: a package must not hold a run twice."""
     from hpckit.results.logs import parse_log
-    paths: list[Path] = []
+    from hpckit.results.score import find_sets
+    seen = set()
     for arg in map(Path, args_runs):
-        if arg.is_dir():
-            if (arg / "mlperf.log").is_file():
-                paths.append(arg / "mlperf.log")
-            else:
-                logs = sorted(arg.glob("result_*.txt"))
-                if not logs:
-                    raise KitError(f"run directory {arg}: no mlperf.log (and no result_*.txt)")
-                paths += logs
-        elif arg.is_file():
-            paths.append(arg)
-        else:
+        if not arg.exists():
             raise KitError(f"run {arg}: no such file or directory")
-    seen = {}
-    for p in paths:
-        key = p.resolve()
-        if key in seen:
-            raise KitError(f"run {p}: given twice")
-        seen[key] = p
-    return [(p, parse_log(p)) for p in paths]
+        if arg.resolve() in seen:
+            raise KitError(f"run {arg}: given twice")
+        seen.add(arg.resolve())
+    sets, _ = find_sets(args_runs, scaling="strong")
+    return [(p, parse_log(p)) for s in sets for p in s["logs"]]
 
 
 def _one(values: set, what: str, given):

@@ -184,7 +184,7 @@ def find_sets(paths: list[str | Path], scaling: str | None = None) -> tuple[list
                 (p.suffix == ".txt" and "result_" in p.name and not p.name.endswith(".compliance.txt"))
                 or (p.suffix == ".log" and _is_mllog(p)))]
         if not laid_out and not found:
-            raise KitError(f"directory {arg}: no result logs (result_*.txt, *.log)")
+            raise KitError(f"directory {arg}: no result logs (no mlperf.log or other *.log with MLPerf lines, no result_*.txt)")
         sets += laid_out
         loose += found
     # a log reached twice through overlapping arguments (a folder and its parent) is one log
