@@ -183,6 +183,11 @@ def test_deepcam_shuffled_labels_fail(tmp_path):
 
 
 @pytest.mark.slow
+@pytest.mark.skipif(os.environ.get('CI') == 'true',
+                    reason='a timing verdict: it needs a quiet machine whose cores are its own. On the shared '
+                           '2-core VMs of 2026-11-23 one rerun moved by 20-40 % and half the cores cost the '
+                           'mini DeepCAM step 13-17 % at one time and 31-39 % at another; run it with '
+                           '`make test` on the machine under acceptance')
 def test_calibrated_references_catch_half_the_cores(full_run, tmp_path):
     """References calibrated from this machine's own run, then: an unchanged rerun PASSes;
     the same run with half the cores taken away (taskset, which the kit's core plan
@@ -203,7 +208,10 @@ def test_calibrated_references_catch_half_the_cores(full_run, tmp_path):
     env = {'RFM_REFERENCE_PREFIX': str(refs.parent)}
     check = 'DeepCAMCheck'
 
-    rc, out = reframe(tmp_path / 'rerun', '-r', '-n', check, env=env, timeout=TRAINING_TIMEOUT_S)
+    # ReFrame's one retry for the unchanged rerun (a shared VM moved it by 20-40 % at times);
+    # none for the degraded run, which must fail at its first attempt
+    rc, out = reframe(tmp_path / 'rerun', '-r', '-n', check, '--max-retries', '1', env=env,
+                      timeout=2 * TRAINING_TIMEOUT_S)
     assert rc == 0, out
     records = perflog_records(tmp_path / 'rerun')
     assert all(v[2] == 'pass' for k, v in records.items() if k[:2] == ('DeepCAMCheck', 'pytorch')), records
