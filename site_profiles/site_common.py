@@ -61,6 +61,16 @@ LOGGING = [
 ]
 
 
+# ReFrame's results database (sqlite, ReFrame >= 4.7): every session's test cases and
+# performance figures with their references, at ReFrame's default place
+# ${HOME}/.reframe/reports/results.db (RFM_SQLITE_DB_FILE moves it). Query it with
+# --list-stored-sessions / --list-stored-testcases, and show how a run moved against an
+# earlier one with --performance-compare (these need polars: in requirements/cpu.txt, and
+# the Spack recipe's +analytics variant), e.g.
+#   reframe -C site_profiles/local/settings.py --performance-compare=now-1w:now-1d/now-1d:now/mean:/+result
+STORAGE = [{'enable': True}]
+
+
 def run_extras(data_dir, stage_dir, ranks_per_node, nodes):
     """Partition extras: where each benchmark's dataset lives (<data_dir>/<benchmark>),
     node-local staging, and the ranks of one MLPerf run."""

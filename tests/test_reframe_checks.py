@@ -134,6 +134,15 @@ def test_full_run_passes(full_run):
     assert len(re.findall(r'^\[\s+OK \] \(\d/5\) CosmoFlowData ', out, re.M)) == 1
     assert len(re.findall(r'^\[\s+OK \] \(\d/5\) DeepCAMData ', out, re.M)) == 1
 
+    # ReFrame's results database (site_common.STORAGE) holds the session and its figures
+    session = re.search(r'^Current session stored with UUID: (\S+)$', out, re.M)
+    assert session and (tmp_path / 'home' / '.reframe' / 'reports' / 'results.db').is_file(), out
+    rc, stored = reframe(tmp_path, f'--list-stored-testcases={session[1]}/mean:/')
+    assert rc == 0, stored
+    for check, fw in VARIANTS:
+        assert re.search(rf'^│ {check} %framework={fw}\s+│ local:default\+hpckit-venv\s+│ time_to_train\s+│ min\s+│',
+                         stored, re.M), stored
+
     records, summaries = perflog_records(tmp_path), kept_summaries(tmp_path)
     all_references = yaml.safe_load((REPO / REFERENCES).read_text())
     for check, fw in VARIANTS:

@@ -41,6 +41,12 @@ job_completion_time|result|display_name|environ|config|seed|perf_var|perf_value|
 2026-11-21T12:39:05|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|eval_throughput|185.3|samples/s|0|null|null|pass|vm
 2026-11-21T12:39:05|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|epochs|7|epochs|0|null|null|pass|vm
 """
+# a variable judged against calibrated references (reference 40, lower threshold -0.25):
+# one run inside the range, one below it
+PERFLOG += """\
+2026-11-21T11:46:33|pass|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|calibrated_throughput|41.0|samples/s|40|-0.25|null|pass|vm
+2026-11-21T12:39:05|fail|DeepCAMCheck %framework=pytorch|hpckit-venv|mini|333|calibrated_throughput|21.5|samples/s|40|-0.25|null|fail|vm
+"""
 DATA_FIXTURE_LINE = ("2026-11-21T11:45:37|pass|DeepCAMData ~local|hpckit-venv|mini|0|null|null|null|"
                      "null|null|null|null|vm\n")
 
@@ -190,9 +196,13 @@ def test_report_of_published_set(tmp_path):
     assert float(cell(budget, "unit-hours-score")["value"]) == pytest.approx(kit / 60 * 128)
 
     perf_rows = t.tables["perflog"]
-    assert len(perf_rows) == 5  # five variables of one check; the fixture's null line is skipped
+    assert len(perf_rows) == 6  # six variables of one check; the fixture's null line is skipped
     ttt_row = next(r for r in perf_rows if r["cells"][2]["text"] == "time_to_train")
     assert cell(ttt_row, "count")["text"] == "2" and float(cell(ttt_row, "value")["value"]) == 0.5826
+    assert cell(ttt_row, "allowed")["text"] == "not judged"
+    # the calibrated variable: reference 40 samples/s, 25 % below allowed, judged and failed
+    thr_row = next(r for r in perf_rows if r["cells"][2]["text"] == "calibrated_throughput")
+    assert cell(thr_row, "allowed")["text"] == "[30, inf]" and cell(thr_row, "result")["text"] == "fail"
     check_images(out, t)
     screenshot(out, tmp_path)
 
@@ -264,4 +274,14 @@ def test_bad_inputs_one_line(tmp_path):
     truncated = tmp_path / "t.log"
     truncated.write_text(PERFLOG + "2026-11-21T12:39:05|pass|DeepCAMCheck\n")
     proc = run_hpckit("report", log, "--perflog", truncated, "--out", tmp_path / "o")
-    assert proc.returncode == 2 and "line 12" in proc.stderr
+    assert proc.returncode == 2 and f"line {len(PERFLOG.splitlines()) + 1} " in proc.stderr
+
+
+def test_allowed_range_as_reframe_judges():
+    """ReFrame's thresholds are signed fractions of the reference; 0 and null thresholds
+    (what a check without a reference logs) mean not judged."""
+    from hpckit.results.perflog import allowed_range
+    assert allowed_range({"ref_value": 40.0, "lower": -0.25, "upper": None}) == (30.0, None)
+    assert allowed_range({"ref_value": 2.0, "lower": None, "upper": 0.5}) == (None, 3.0)
+    assert allowed_range({"ref_value": 0.0, "lower": None, "upper": None}) is None
+    assert allowed_range({"ref_value": 5.0, "lower": None, "upper": None}) is None

@@ -28,7 +28,7 @@ import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(_here))   # site_profiles/site_common.py, shared
-from site_common import LOGGING, hpckit_environments, run_extras  # noqa: E402
+from site_common import LOGGING, STORAGE, hpckit_environments, run_extras  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(_here))
 
 # ReFrame 4.10.4 rejects general/reference_prefix (see site_profiles/local/settings.py):
@@ -78,4 +78,5 @@ site_configuration = {
     ],
     'environments': hpckit_environments(_here, IMAGE),
     'logging': LOGGING,
+    'storage': STORAGE,
 }

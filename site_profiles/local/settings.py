@@ -24,7 +24,7 @@ import sys
 
 _here = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(_here))   # site_profiles/site_common.py, shared
-from site_common import LOGGING, machine_reference_prefix  # noqa: E402
+from site_common import LOGGING, STORAGE, machine_reference_prefix  # noqa: E402
 REPO = os.path.dirname(os.path.dirname(_here))
 VENV_BIN = os.path.join(REPO, '.venv', 'bin')
 
@@ -71,4 +71,5 @@ site_configuration = {
         },
     ],
     'logging': LOGGING,
+    'storage': STORAGE,
 }

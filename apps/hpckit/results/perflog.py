@@ -32,8 +32,10 @@ def read_perflogs(args_paths: list[str], option: str = "--perflog") -> list[dict
     """Every performance figure in the files (or directories searched for *.log), oldest
     first: file, system (system/partition from the path), time, check (display name),
     check_class, params (the display name's %name=value parts), environ, config, var,
-    value, unit, ref, result. Lines of runs whose sanity failed (value `null`) and of
-    tests without performance variables are skipped: they carry no figure."""
+    value, unit, ref, result, and the reference as numbers: ref_value, lower, upper
+    (ReFrame's relative thresholds; None where the check had no reference or that side is
+    open). Lines of runs whose sanity failed (value `null`) and of tests without
+    performance variables are skipped: they carry no figure."""
     rows = []
     for path in perflog_files(args_paths, option):
         try:
@@ -71,6 +73,28 @@ def read_perflogs(args_paths: list[str], option: str = "--perflog") -> list[dict
                          "environ": rec.get("environ", ""), "config": rec.get("config", ""),
                          "var": rec["perf_var"], "value": value,
                          "unit": rec.get("perf_unit", ""), "ref": rec.get("perf_ref", ""),
+                         "ref_value": _number(rec.get("perf_ref")),
+                         "lower": _number(rec.get("perf_lower_thres")),
+                         "upper": _number(rec.get("perf_upper_thres")),
                          "result": rec.get("perf_result", rec.get("result", ""))})
     rows.sort(key=lambda r: (r["time"], r["check"], r["var"]))
     return rows
+
+
+def _number(text: str | None) -> float | None:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return None
+    return value if value == value else None
+
+
+def allowed_range(row: dict) -> tuple[float | None, float | None] | None:
+    """The absolute range ReFrame judged a figure against: (low, high), either side None
+    where it is open; None where the check had no reference (ReFrame writes 0 and null
+    thresholds for a variable it does not judge). ReFrame's thresholds are fractions of
+    the reference, signed: lower -0.25 means 25 % below it."""
+    ref, lower, upper = row.get("ref_value"), row.get("lower"), row.get("upper")
+    if not ref or (lower is None and upper is None):
+        return None
+    return (None if lower is None else ref * (1 + lower), None if upper is None else ref * (1 + upper))

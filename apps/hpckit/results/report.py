@@ -13,8 +13,10 @@ Writes DIR/index.html (self-contained: tables and relative links to PNGs in DIR)
   the site's runs beside the published ones, `scaling.png`;
 * the compute budget per set (unit-hours = time to train x compute units), `table#budget`;
 * ReFrame's performance logs (the `filelog` perflog handler of a site profile, fields
-  separated by '|', a header line first): each performance variable over time,
-  `history.png` and `table#perflog`.
+  separated by '|', a header line first): each performance variable over time with the
+  reference and allowed range it was judged against drawn in (failed figures circled in
+  red), `history.png`, and the latest figure per variable with its allowed range,
+  `table#perflog`.
 
 Compute units: nodes x accelerators per node; on CPU-only runs (0 accelerators) the
 ranks of the kit's logged config, else the nodes. Numbers in the tables carry their
@@ -31,7 +33,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from hpckit.common.errors import KitError
-from hpckit.results.perflog import read_perflogs
+from hpckit.results.perflog import allowed_range, read_perflogs
 
 PNGS = ("tts.png", "scaling.png", "history.png")
 
@@ -274,10 +276,10 @@ def _plot_history(plt, rows: list[dict], out: Path) -> None:
         for ax, (var, unit) in zip(axes.flat, variables):
             several = len({r["system"] for r in rows}) > 1
             for system, check in sorted({(r["system"], r["check"]) for r in rows if r["var"] == var}):
-                pts = [(r["time"], r["value"]) for r in rows
-                       if r["var"] == var and r["check"] == check and r["system"] == system]
-                ax.plot([p[0] for p in pts], [p[1] for p in pts], marker="o",
-                        label=f"{system} {check}" if several else check)
+                series = [r for r in rows if r["var"] == var and r["check"] == check and r["system"] == system]
+                line, = ax.plot([r["time"] for r in series], [r["value"] for r in series], marker="o",
+                                label=f"{system} {check}" if several else check)
+                _draw_references(ax, series, line.get_color())
             times = sorted({r["time"] for r in rows if r["var"] == var})
             if times[0] == times[-1]:  # one campaign: an hour around it, not years
                 ax.set_xlim(times[0] - timedelta(minutes=30), times[0] + timedelta(minutes=30))
@@ -291,6 +293,31 @@ def _plot_history(plt, rows: list[dict], out: Path) -> None:
     fig.tight_layout()
     _save(fig, out / "history.png")
     plt.close(fig)
+
+
+def _draw_references(ax, series: list[dict], color: str) -> None:
+    """The references the figures were judged against, drawn in: the reference as a dashed
+    step line and the allowed range as a band (to the edge of the plot on an open side),
+    both as they stood at each run (a recalibration moves them), and every figure ReFrame
+    failed circled in red."""
+    judged = [(r["time"], r["ref_value"], allowed_range(r)) for r in series if allowed_range(r)]
+    if judged:
+        times = [t for t, _, _ in judged]
+        ax.step(times, [ref for _, ref, _ in judged], where="post", color=color, linestyle="--",
+                linewidth=1, alpha=0.8)
+        # an open side (a throughput has no upper bound) reaches past every figure drawn
+        span = [r["value"] for r in series] + [ref for _, ref, _ in judged]
+        top, bottom = max(span) * 1.05, min(0.0, min(span))
+        lows = [lo if lo is not None else bottom for _, _, (lo, _) in judged]
+        highs = [hi if hi is not None else top for _, _, (_, hi) in judged]
+        if len(judged) == 1:   # one run: a short band around it, not an invisible line
+            times = [times[0] - timedelta(minutes=5), times[0] + timedelta(minutes=5)]
+            lows, highs = lows * 2, highs * 2
+        ax.fill_between(times, lows, highs, step="post", color=color, alpha=0.15, linewidth=0)
+    failed = [r for r in series if r["result"] == "fail"]
+    if failed:
+        ax.scatter([r["time"] for r in failed], [r["value"] for r in failed], s=80, facecolors="none",
+                   edgecolors="red", linewidths=1.5, zorder=3)
 
 
 # ---- HTML ------------------------------------------------------------------------------
@@ -372,8 +399,17 @@ def _perflog_rows(rows: list[dict]) -> list[str]:
         out.append('<tr class="perf">' + _cell(r["system"]) + _cell(r["check"]) + _cell(r["var"])
                    + _cell(counts[k], "{:d}", "count") + _cell(r["value"], "{:.4g}", "value")
                    + _cell(r["unit"]) + _cell(r["ref"]) + _cell(r["result"], cls="result")
-                   + _cell(r["time"].isoformat(timespec="seconds")) + "</tr>")
+                   + _cell(r["time"].isoformat(timespec="seconds")) + _cell(_allowed_text(r), cls="allowed")
+                   + "</tr>")
     return out
+
+
+def _allowed_text(row: dict) -> str:
+    band = allowed_range(row)
+    if band is None:
+        return "not judged"
+    lo, hi = band
+    return f"[{'-inf' if lo is None else f'{lo:.4g}'}, {'inf' if hi is None else f'{hi:.4g}'}]"
 
 
 CSS = """body{font-family:sans-serif;margin:1.5em;max-width:1200px;color:#222}
@@ -430,7 +466,8 @@ def render_html(title, site_sets, pub_sets, facts, perf_rows, inputs) -> str:
         "<h2>History (ReFrame performance logs)</h2>",
         '<img id="plot-history" src="history.png" alt="ReFrame performance variables over time">',
         _table("perflog", ["system/partition", "check", "variable", "records", "latest value",
-                           "unit", "reference", "result", "latest time"], _perflog_rows(perf_rows)),
+                           "unit", "reference", "result", "latest time", "allowed range"],
+               _perflog_rows(perf_rows)),
         "<h2>Inputs</h2><ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in inputs) + "</ul>",
         "</body></html>",
     ]
