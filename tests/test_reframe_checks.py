@@ -92,6 +92,7 @@ def test_list_and_dry_run(tmp_path):
     assert re.search(r'^hpckit train deepcam --data \S+/DeepCAMData_\w+/data --config mini '
                      r'--framework pytorch --output-dir out .*--seed 333$', deepcam, re.M)
     assert 'hpckit check out/mlperf.log --ruleset mini' in deepcam
+    assert ' --deterministic ' in deepcam   # a regression check: same seed, same curve
     assert out.count('P: time_to_train: None min\n') == 3 and '(r:' not in out   # nothing to judge against
 
 
@@ -107,6 +108,7 @@ def test_campaign_repeats_with_own_seed_and_stage_dir(tmp_path):
     seeds = sorted(int(re.search(r'--seed (\d+)$', s, re.M)[1]) for s in scripts.values())
     assert seeds == [333, 334, 335, 336, 337]
     assert all('--stage-dir staged ' in s for s in scripts.values())   # relative: per test
+    assert not any('--deterministic' in s for s in scripts.values())   # the campaign runs free
 
 
 def test_site_dataset_is_not_generated(tmp_path):
@@ -237,3 +239,85 @@ def test_calibrated_references_catch_half_the_cores(full_run, tmp_path):
     # unchanged reruns moved by at most 19 %
     assert 'fail' in (verdicts['train_throughput'], verdicts['eval_throughput']), (verdicts, records)
     print(f'half the cores: {verdicts}')
+
+
+def _blkio_group(tmp_path):
+    """A blkio cgroup of our own (cgroup v1 blkio.throttle, or v2 io.max), or None."""
+    v1 = Path('/sys/fs/cgroup/blkio')
+    if (v1 / 'blkio.throttle.read_bps_device').exists():
+        group = v1 / f'hpckit-test-{os.getpid()}-{tmp_path.name}'
+        group.mkdir()
+        return group, 'blkio.throttle.read_bps_device', '{dev} {bps}'
+    v2 = Path('/sys/fs/cgroup')
+    if 'io' in (v2 / 'cgroup.controllers').read_text().split() if (v2 / 'cgroup.controllers').exists() else False:
+        group = v2 / f'hpckit-test-{os.getpid()}-{tmp_path.name}'
+        group.mkdir()
+        return group, 'io.max', '{dev} rbps={bps}'
+    return None
+
+
+@pytest.mark.slow
+def test_calibrated_references_catch_throttled_storage(tmp_path):
+    """Storage for the dataset throttled to a fraction of its bandwidth FAILs on
+    staging_time. The mini CosmoFlow dataset sits on its own ext4 file system (a loop
+    device the test makes); one healthy run of CosmoFlowCheck/pytorch reading it
+    (-S data_dir) calibrates this machine's references, then the same check runs in a
+    blkio cgroup whose reads of that device are capped (the kernel's block throttle: no
+    flag or sleep in the kit) so that staging the dataset, which every run does after
+    evicting it from the page cache, takes about 8 s. Needs root (mount, cgroups); in CI
+    it must run."""
+    if os.geteuid() != 0 or not Path('/sys/fs/cgroup').is_dir():
+        if os.environ.get('CI') == 'true':
+            pytest.fail('the storage-throttle fault needs root and cgroups under CI')
+        pytest.skip('needs root: a loop-mounted file system and a blkio cgroup')
+    img, mnt = tmp_path / 'disk.img', tmp_path / 'mnt'
+    mnt.mkdir()
+    subprocess.run(['truncate', '-s', '1G', str(img)], check=True)
+    subprocess.run(['mkfs.ext4', '-q', '-F', str(img)], check=True)
+    subprocess.run(['mount', '-o', 'loop', str(img), str(mnt)], check=True)
+    group = None
+    try:
+        data = mnt / 'cosmoflow'
+        proc = subprocess.run([sys.executable, '-m', 'hpckit', 'datagen', 'cosmoflow', '--config', 'mini',
+                               '--out', str(data), '--seed', '0'], capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr
+        nbytes = sum(p.stat().st_size for p in data.rglob('*') if p.is_file())
+        args = ('-r', '-n', 'CosmoFlowCheck%framework=pytorch', '-S', f'data_dir={data}')
+
+        rc, out = reframe(tmp_path / 'healthy', *args, timeout=TRAINING_TIMEOUT_S)
+        assert rc == 0, out
+        healthy = perflog_records(tmp_path / 'healthy')[('CosmoFlowCheck', 'pytorch', 'staging_time')][0]
+        refs = tmp_path / 'refs' / 'references.yaml'
+        proc = subprocess.run([sys.executable, '-m', 'hpckit', 'references', 'calibrate', '--perflog',
+                               str(tmp_path / 'healthy' / 'rfm' / 'perflogs'), '--out', str(refs), '--min-runs',
+                               '1', '--floor', '0.25', '--ceiling', '0.6'], capture_output=True, text=True, cwd=REPO)
+        assert proc.returncode == 0, proc.stderr
+
+        made = _blkio_group(tmp_path)
+        if made is None:
+            pytest.fail('no blkio/io cgroup controller to throttle the device with')
+        group, knob, fmt = made
+        st = os.stat(subprocess.run(['findmnt', '-n', '-o', 'SOURCE', str(mnt)], capture_output=True, text=True,
+                                    check=True).stdout.strip())
+        bps = max(1 << 20, int(nbytes / 8))   # staging the whole dataset: ~8 s
+        (group / knob).write_text(fmt.format(dev=f'{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}', bps=bps) + '\n')
+        join = ('sh', '-c', f'echo $$ > {group / "cgroup.procs"} && exec "$@"', 'sh')
+        rc, out = reframe(tmp_path / 'throttled', *args, env={'RFM_REFERENCE_PREFIX': str(refs.parent)},
+                          timeout=TRAINING_TIMEOUT_S, wrapper=join)
+        assert rc != 0, out
+        records = perflog_records(tmp_path / 'throttled')
+        staging = records[('CosmoFlowCheck', 'pytorch', 'staging_time')]
+        assert staging[2] == 'fail', records
+        assert staging[0] > 4 * healthy, (healthy, staging)
+        print(f'throttled storage ({nbytes / 1e6:.0f} MB dataset, reads capped at {bps / 1e6:.1f} MB/s): '
+              f'staging_time {staging[0]:.2f} s against the reference {staging[3]:.2f} s (healthy run '
+              f'{healthy:.2f} s): {staging[2]}; time_to_train '
+              f'{records[("CosmoFlowCheck", "pytorch", "time_to_train")][0]:.2f} min: '
+              f'{records[("CosmoFlowCheck", "pytorch", "time_to_train")][2]}')
+    finally:
+        subprocess.run(['umount', '-l', str(mnt)], check=False)
+        if group is not None:
+            try:
+                group.rmdir()
+            except OSError:
+                pass
