@@ -19,11 +19,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hpckit.common import cores, precision, staging
+from hpckit.common import cores, determinism, precision, staging
 from hpckit.common.config import flatten
 from hpckit.common import dist
 from hpckit.common.dist import Ranks
-from hpckit.common.errors import KitError
+from hpckit.common.errors import KitError, disk_error, is_disk_error
 from hpckit.common.fileio import ensure_writable_dir
 from hpckit.common.mllog import HPC, C, MLLogger
 from hpckit.common.summary import software_stack, write_summary
@@ -43,19 +43,21 @@ def replicas_agree(comm, fingerprint: float) -> tuple[bool, float, float]:
 
 
 def equal_train_split(split, ranks: Ranks, unit: int, config_key: str = "data.batch_size"):
-    """The training files every rank can take an equal, whole number of steps from: the
-    first `ranks.size * k * unit` of them (unit = local batch x accumulation), the remainder
-    dropped, as the reference's DistributedSampler(drop_last=True) drops it
-    (mlcommons/hpc@2c627d4 deepcam/src/deepCam/data/__init__.py:31-42). Without it, 121,266
-    samples over 2,048 ranks give 434 ranks 60 samples and 1,614 ranks 59, and the ranks
-    disagree on the number of steps: DDP's all-reduces pair up wrongly or hang.
-    Returns (split, samples each rank trains on per epoch, samples dropped)."""
+    """How many training samples every rank takes per epoch: the same whole number of
+    steps on every rank (unit = local batch x accumulation), `ranks.size * per_rank` of the
+    split, the remainder left out. As the reference's DistributedSampler(drop_last=True)
+    (mlcommons/hpc@2c627d4 deepcam/src/deepCam/data/__init__.py:31-42) the remainder is
+    the tail of each epoch's fresh permutation, so a different few samples sit out each
+    epoch and every file is trained on over the run: the split is kept whole and the
+    per-epoch sampler (EpochSampler, length per_rank) does the cutting. Without equal
+    shares, 121,266 samples over 2,048 ranks give 434 ranks 60 samples and 1,614 ranks 59,
+    and the ranks disagree on the number of steps: DDP's all-reduces pair up wrongly or hang.
+    Returns (split, samples each rank trains on per epoch, samples left out per epoch)."""
     per_rank = len(split) // ranks.size // unit * unit
     if per_rank == 0:
         raise KitError(f"config key '{config_key}': a rank's step takes {unit} samples, more than its share of "
                        f"the {len(split)} training samples over {ranks.size} ranks")
-    keep = per_rank * ranks.size
-    return split.subset(range(keep)), per_rank, len(split) - keep
+    return split, per_rank, len(split) - per_rank * ranks.size
 
 
 def check_equal_steps(comm, steps: int) -> None:
@@ -187,6 +189,10 @@ def launch(args, framework: str, cfg: dict) -> Launch:
                            accelerator=getattr(device, "type", "cpu") != "cpu")
     cfg["data"]["loader_workers"] = core_plan.loader_workers
     cores.apply(core_plan, framework)   # before the communicator starts the runtime
+    if not isinstance(cfg["train"].get("deterministic"), bool):
+        raise KitError(f"config key 'train.deterministic': expected true/false, got {cfg['train'].get('deterministic')!r}")
+    cfg["train"]["deterministic"] = cfg["train"]["deterministic"] or bool(getattr(args, "deterministic", False))
+    determinism.apply(framework, cfg["train"]["deterministic"], getattr(device, "type", "cpu"))
     dist.raise_on_sigterm()
     comm = dist.make_comm(kind, ranks, device=device, timeout_s=timeout_s)
     seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
@@ -295,11 +301,16 @@ class MLPerfRun:
         dist.hold_sigterm()   # the close below is not to be interrupted
         self._remove_staged()
         if exc is None:
-            self._write_summary()
-            self.log.close()
-            self.comm.close()
+            try:
+                self._write_summary()
+            finally:
+                self.log.close()
+                self.comm.close()
             return False
         self.status = "aborted"
+        original = exc
+        if is_disk_error(exc):   # mlperf.log (LogWriteError) or another file could not be written
+            exc = disk_error(exc)
         reason = str(exc) if isinstance(exc, KitError) else f"{type(exc).__name__}: {exc}"
         reason = (reason.strip().splitlines() or [type(exc).__name__])[0]
         if self.ranks.size > 1 and not isinstance(exc, KitError):
@@ -307,10 +318,18 @@ class MLPerfRun:
             # process group is left alone, the launcher tears the job down
             reason = (f"rank {self.ranks.rank} of {self.ranks.size}: a collective failed ({reason}); "
                       "another rank probably died or hung: see its output")
-        self.log.run_stop("aborted", reason=reason)
-        self._write_summary(error=reason)
+        # on a full disk these may fail too: the log keeps its last complete line and
+        # summary.json is absent (atomic), the original error is the one reported
+        try:
+            self.log.run_stop("aborted", reason=reason)
+        except OSError:
+            pass
+        try:
+            self._write_summary(error=reason)
+        except KitError:
+            pass
         self.log.close()
-        if self.ranks.size > 1 and not isinstance(exc, KitError):
+        if exc is not original or (self.ranks.size > 1 and not isinstance(exc, KitError)):
             raise KitError(reason) from None
         return False
 

@@ -5,7 +5,8 @@ imported in b3ccbb3c on 2021-07-05 and unchanged up to 2c627d45, 2025-02-25), bu
 deepcam/src/deepCam/train.py as DeepLabv3_plus(n_input=16, n_classes=3, os=16), with the
 batch-norm groups of deepcam/src/deepCam/utils/comm.py. This is an independent
 implementation of the same function: the same layers in the same order, the same parameter
-shapes, the same initialisation. With the reference config (16 input channels, 3 classes)
+shapes (but for the ASPP pooling branch's affine: (C,) here, (C, 1, 1) upstream at
+deeplab_xception.py:398-408; the same values and count), the same initialisation. With the reference config (16 input channels, 3 classes)
 it has 56,454,720 parameters, as upstream's module has.
 
 All convolutions have no bias except the decoder's 1x1 (see below); "sep" is a depthwise
