@@ -11,7 +11,8 @@ import importlib
 import sys
 
 from hpckit.common.dist import DIST_CHOICES
-from hpckit.common.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, KitError, Terminated
+from hpckit.common.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, KitError, Terminated, disk_error, \
+    is_disk_error
 
 BENCHMARKS = ("cosmoflow", "deepcam")
 # Subcommands that own their arguments: module.add_arguments(parser) and module.main(args).
@@ -25,6 +26,35 @@ TOOL_COMMANDS = {
 RULESETS = ("hpc-1.0.0", "hpc-2.0.0", "hpc-3.0.0", "mini")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a usage error is ONE line on stderr (the kit's rule for bad input),
+    exit code 2; `hpckit ... --help` still prints the full usage."""
+
+    def error(self, message: str):
+        self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
+def seed_value(text: str) -> int:
+    """--seed: an integer 0 <= seed < 2**31 (what every framework's generator takes)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if not 0 <= value < 2 ** 31:
+        raise argparse.ArgumentTypeError(f"{value} is outside 0 .. 2147483647")
+    return value
+
+
+def positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
+    return value
+
+
 def _add_config(p: argparse.ArgumentParser) -> None:
     p.add_argument("--config", default="mini",
                    help="mini | reference | a YAML file of overrides (default: mini)")
@@ -33,7 +63,7 @@ def _add_config(p: argparse.ArgumentParser) -> None:
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="hpckit", description=__doc__.splitlines()[0])
+    parser = OneLineParser(prog="hpckit", description=__doc__.splitlines()[0])
     sub = parser.add_subparsers(dest="command", required=True)
 
     p = sub.add_parser("datagen", help="write a synthetic dataset in the benchmark's on-disk format")
@@ -46,11 +76,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--size", type=int, default=None, help="cosmoflow: cube side S (default 128, or the config's)")
     p.add_argument("--height", type=int, default=None, help="deepcam: grid rows (default 768, or the config's)")
     p.add_argument("--width", type=int, default=None, help="deepcam: grid columns (default 1152, or the config's)")
-    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--seed", type=seed_value, default=0)
     p.add_argument("--format", choices=("tfrecord", "npy"), default="tfrecord", help="cosmoflow only")
     p.add_argument("--shuffle-labels", action="store_true",
                    help="sabotage: permute the targets across samples (for checks that must fail)")
-    p.add_argument("--workers", type=int, default=None, help="generator processes (default: all cores)")
+    p.add_argument("--workers", type=positive_int, default=None, help="generator processes (default: all cores)")
 
     p = sub.add_parser("train", help="train a benchmark and write OUT/mlperf.log and OUT/summary.json")
     p.add_argument("benchmark", choices=BENCHMARKS)
@@ -64,8 +94,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="node-local directory to stage the data into (into a new hpckit-stage-* subdirectory "
                         "the run creates and removes at the end)")
     p.add_argument("--keep-staged", action="store_true", help="keep the staged copies after the run")
-    p.add_argument("--seed", type=int, default=None, help="default: derived from the clock, logged")
-    p.add_argument("--threads", type=int, default=None, help="intra-op threads (default: all cores)")
+    p.add_argument("--deterministic", action="store_true",
+                   help="deterministic kernels and data order: the same seed gives the same curve and epochs "
+                        "(config key train.deterministic; the regression checks use it)")
+    p.add_argument("--seed", type=seed_value, default=None, help="default: derived from the clock, logged")
+    p.add_argument("--threads", type=positive_int, default=None, help="intra-op threads (default: all cores)")
     p.add_argument("--dist", choices=DIST_CHOICES, default="auto",
                    help="communicator for several ranks: auto (torch for PyTorch, tf for TensorFlow; none "
                         "for one rank), torch, tf, horovod, none")
@@ -125,6 +158,12 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         print(f"hpckit {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
+    except OSError as e:
+        if not is_disk_error(e):
+            raise
+        # a full or read-only file system met outside a place that names its file
+        print(f"hpckit {args.command}: error: {disk_error(e)}", file=sys.stderr)
+        return EXIT_USAGE
 
 
 if __name__ == "__main__":

@@ -33,6 +33,8 @@ def _read_yaml(path: Path, what: str) -> dict:
             data = yaml.safe_load(f)
     except OSError as e:
         raise KitError(f"{what} {path}: cannot read ({e.strerror})")
+    except UnicodeDecodeError as e:
+        raise KitError(f"{what} {path}: not UTF-8 text (byte {e.start})")
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

@@ -13,6 +13,8 @@ Exit codes of every subcommand (README "Exit codes"):
   130 interrupted (Ctrl-C); 143 stopped by SIGTERM (scancel, a launcher tearing down)
 """
 
+import errno
+
 EXIT_USAGE = 2
 EXIT_NOT_CONVERGED = 3
 EXIT_INTERRUPTED = 130
@@ -28,3 +30,19 @@ class KitError(Exception):
 
 class Terminated(KitError):
     """The launcher asked this rank to stop (another rank failed, or the job was cancelled)."""
+
+
+# a full, over-quota or read-only file system, or a file grown past its limit: bad input
+# of the place a command was told to write to, reported as one line (disk_error)
+DISK_ERRNOS = (errno.ENOSPC, errno.EDQUOT, errno.EROFS, errno.EFBIG)
+
+
+def is_disk_error(e: BaseException) -> bool:
+    return isinstance(e, OSError) and e.errno in DISK_ERRNOS
+
+
+def disk_error(e: OSError, path=None) -> KitError:
+    """A full, over-quota or read-only file system as one line naming the file written."""
+    where = path if path is not None else getattr(e, "filename", None)
+    return KitError(f"{where if where is not None else 'writing'}: {e.strerror or e} "
+                    f"(the file system is full, over quota or read-only; nothing was overwritten)")

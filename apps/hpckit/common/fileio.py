@@ -10,7 +10,7 @@ import tempfile
 from contextlib import contextmanager
 from pathlib import Path
 
-from hpckit.common.errors import KitError
+from hpckit.common.errors import KitError, disk_error, is_disk_error
 
 
 @contextmanager
@@ -30,8 +30,10 @@ def atomic_path(path: str | os.PathLike, fsync: bool = True):
             finally:
                 os.close(fd)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         tmp.unlink(missing_ok=True)
+        if is_disk_error(e):
+            raise disk_error(e, path) from None
         raise
 
 

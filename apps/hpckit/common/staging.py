@@ -15,7 +15,7 @@ import shutil
 import time
 from pathlib import Path
 
-from hpckit.common.errors import KitError
+from hpckit.common.errors import KitError, disk_error, is_disk_error
 
 PAGE = os.sysconf("SC_PAGE_SIZE")
 _libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
@@ -110,6 +110,8 @@ def copy_files(files: list[Path], dest: Path) -> int:
         try:
             shutil.copyfile(f, dest / f.name)
         except OSError as e:
+            if is_disk_error(e):   # the node-local copy failed, not the dataset
+                raise disk_error(e, dest / f.name) from None
             raise KitError(f"staging {f} -> {dest}: {e.strerror}")
         total += f.stat().st_size
     return total

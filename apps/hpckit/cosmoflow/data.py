@@ -57,6 +57,8 @@ def _read_list(path: Path) -> list[str]:
         return [line.strip() for line in path.read_text().splitlines() if line.strip()]
     except OSError as e:
         raise KitError(f"{path}: cannot read file list ({e.strerror})")
+    except UnicodeDecodeError as e:
+        raise KitError(f"{path}: file list is not UTF-8 text (byte {e.start})")
 
 
 def find_split(root: Path, split: str, n_samples: int, config_key: str) -> SplitFiles:
@@ -115,6 +117,11 @@ def find_dataset(root: str | os.PathLike, n_train: int, n_valid: int) -> dict[st
             "validation": find_split(root, "validation", n_valid, "data.n_valid")}
 
 
+# the network ends in tanh x 1.2 (mlcommons/hpc@2c627d4 cosmoflow/models/cosmoflow.py): a
+# target beyond it is unreachable, i.e. not the dataset's normalised parameters
+Y_BOUND = 1.2
+
+
 def read_sample(split: SplitFiles, index: int, size: int) -> tuple[np.ndarray, np.ndarray]:
     """(x int16 [S,S,S,4], y float32 [4]) of sample `index`, validated; KitError names the file."""
     shape = (size, size, size, N_TARGETS)
@@ -137,7 +144,10 @@ def read_sample(split: SplitFiles, index: int, size: int) -> tuple[np.ndarray, n
         if x.shape != shape or x.dtype != np.int16:
             raise KitError(f"{path}: array is {x.dtype} {x.shape}, expected int16 {shape}")
         label_path = split.labels[index]
-        y = _load_npy(label_path).astype(np.float32).reshape(-1)
+        y = _load_npy(label_path)
+        if y.dtype.kind not in "fiu":
+            raise KitError(f"{label_path}: target y is {y.dtype}, expected float32 numbers")
+        y = y.astype(np.float32).reshape(-1)
     low = int(x.min())
     if low < 0:   # particle counts: log(x + 1) of a negative count is not a number
         raise KitError(f"{path}: feature x holds a negative particle count ({low})")
@@ -145,6 +155,9 @@ def read_sample(split: SplitFiles, index: int, size: int) -> tuple[np.ndarray, n
         raise KitError(f"{label_path}: target y has {y.size} values, expected {N_TARGETS}")
     if not np.all(np.isfinite(y)):
         raise KitError(f"{label_path}: target y is not finite ({y.tolist()})")
+    if np.any(np.abs(y) > Y_BOUND):
+        raise KitError(f"{label_path}: target y {y.tolist()} lies outside the model's output range "
+                       f"(-{Y_BOUND}, {Y_BOUND}) (tanh x 1.2): the dataset's targets are normalised, these are not")
     return x, y
 
 
@@ -223,13 +236,19 @@ def tf_dataset(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler=Non
     sampler = _sampler(split, cfg, train, seed, sampler)
     index = tf.data.Dataset.from_generator(lambda: iter(sampler), output_signature=tf.TensorSpec((), tf.int64))
     if split.fmt == "tfrecord":
-        names = tf.constant([str(f) for f in split.files])
+        names = tf.constant([os.fsencode(f) for f in split.files])   # bytes: any file name the OS allows
         features = {"x": tf.io.FixedLenFeature([], tf.string), "y": tf.io.FixedLenFeature([N_TARGETS], tf.float32)}
 
         def parse(record):
             ex = tf.io.parse_single_example(record, features)
             x = tf.reshape(tf.io.decode_raw(ex["x"], tf.int16), shape)
-            return x, ex["y"]
+            # the values read_sample refuses, refused here too (the iterator's error sends
+            # `diagnosed` to the strict reader, which names the file)
+            checks = [tf.debugging.assert_non_negative(x, message="negative particle count"),
+                      tf.debugging.assert_less_equal(tf.abs(ex["y"]), Y_BOUND, message="target y out of range"),
+                      tf.debugging.assert_all_finite(ex["y"], "target y is not finite")]
+            with tf.control_dependencies(checks):
+                return tf.identity(x), tf.identity(ex["y"])
 
         files = index.map(lambda i: tf.gather(names, i))
         ds = tf.data.TFRecordDataset(files, compression_type=split.compression or "")

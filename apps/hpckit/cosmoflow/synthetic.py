@@ -28,6 +28,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpckit.common import memory
 from hpckit.common.errors import KitError
 from hpckit.common.pool import worker_pool
 from hpckit.common.fileio import atomic_write_bytes, atomic_write_text, ensure_new_dir, sha256_file
@@ -179,6 +180,9 @@ def _generate_split(split, count, size, seed, fmt, root, shuffle_labels, pool):
     return records
 
 
+BYTES_PER_VOXEL = 64   # the generator's working set per grid cell, rounded up
+
+
 def write_dataset(out: str | os.PathLike, n_train: int, n_valid: int, size: int = 128, seed: int = 0,
                   fmt: str = "tfrecord", shuffle_labels: bool = False, workers: int | None = None) -> dict:
     """Write DIR/train, DIR/validation and DIR/manifest.json; returns the manifest."""
@@ -186,11 +190,15 @@ def write_dataset(out: str | os.PathLike, n_train: int, n_valid: int, size: int 
         raise KitError(f"datagen: --train and --valid must be >= 1 (got {n_train}, {n_valid})")
     if size < 4:
         raise KitError(f"datagen: --size must be >= 4 (got {size})")
+    if shuffle_labels and min(n_train, n_valid) < 2:   # a permutation of one is no sabotage
+        raise KitError("datagen: --shuffle-labels needs at least 2 samples per split")
     if fmt not in ("tfrecord", "npy"):
         raise KitError(f"datagen: unknown format {fmt!r}")
+    workers = workers or os.cpu_count() or 1
+    # each worker holds a few float64/complex fields of the S^3 grid while it draws a sample
+    memory.require(workers * size ** 3 * BYTES_PER_VOXEL, f"datagen: --size {size} with {workers} workers")
     root = Path(out)
     ensure_new_dir(root, "datagen --out", "hpckit datagen writes")
-    workers = workers or os.cpu_count() or 1
     counts = {"train": n_train, "validation": n_valid}
     with worker_pool(workers) as pool:
         splits = {split: _generate_split(split, counts[split], size, seed, fmt, root, shuffle_labels, pool)

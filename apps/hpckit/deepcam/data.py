@@ -120,7 +120,26 @@ def load_stats(root: str | os.PathLike, n_channels: int = 16) -> dict[str, np.nd
     if bad.size:
         raise KitError(f"{path}: stats.h5 'climate/maxval' <= 'climate/minval' for channel {int(bad[0])} "
                        f"(min-max normalisation would divide by zero)")
+    bad = _minmax(out["minval"], out["maxval"])[2]
+    if bad.size:
+        c = int(bad[0])
+        raise KitError(f"{path}: stats.h5 range of channel {c} ({float(out['minval'][c]):g} .. "
+                       f"{float(out['maxval'][c]):g}) cannot be normalised in float32: the min-max scale "
+                       "1 / (maxval - minval) is not finite or not representable")
     return out
+
+
+def _minmax(minval, maxval) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(shift, scale, channels where the float32 map fails): scale computed in float64, and
+    the float32 map must send [minval, maxval] onto [0, 1]; a range beyond float32 (3e38
+    wide) or too narrow for its reciprocal (1e-42) would otherwise train on inf or 0."""
+    lo, hi = np.asarray(minval, np.float64), np.asarray(maxval, np.float64)
+    with np.errstate(all="ignore"):
+        shift = lo.astype(np.float32)
+        scale = (1.0 / (hi - lo)).astype(np.float32)
+        top = (hi.astype(np.float32) - shift) * scale
+    ok = np.isfinite(shift) & np.isfinite(scale) & (scale > 0) & (np.abs(top - 1) < 1e-3)
+    return shift, scale, np.nonzero(~ok)[0]
 
 
 def normalisation(stats: dict, cfg: dict) -> tuple[np.ndarray, np.ndarray]:
@@ -130,8 +149,7 @@ def normalisation(stats: dict, cfg: dict) -> tuple[np.ndarray, np.ndarray]:
     if kind not in NORMALIZATIONS:
         raise KitError(f"config key 'data.normalization': unknown value {kind!r} "
                        f"(the reference normalises with {' | '.join(NORMALIZATIONS)})")
-    shift = np.asarray(stats["minval"], dtype=np.float32)
-    scale = (1.0 / (np.asarray(stats["maxval"], dtype=np.float32) - shift)).astype(np.float32)
+    shift, scale, _ = _minmax(stats["minval"], stats["maxval"])
     return shift, scale
 
 
@@ -162,10 +180,11 @@ def read_raw(path: Path, height: int, width: int, n_channels: int) -> tuple[np.n
             labels = lset[...]
     except OSError as e:
         raise KitError(f"{path}: not a readable HDF5 file ({_h5_error(e)})")
-    data = data.astype(np.float32, copy=False)
+    with np.errstate(over="ignore", invalid="ignore"):   # beyond float32: inf, reported below
+        data = data.astype(np.float32, copy=False)
     if not np.isfinite(data).all():
         bad = np.argwhere(~np.isfinite(data))[0]
-        raise KitError(f"{path}: '{DATA_KEY}' holds a non-finite value (NaN or inf) at pixel "
+        raise KitError(f"{path}: '{DATA_KEY}' holds a non-finite value (NaN, inf, or beyond float32) at pixel "
                        f"({bad[0]}, {bad[1]}) channel {bad[2]}")
     valid = (labels == 0) | (labels == 1) | (labels == 2)
     if not valid.all():

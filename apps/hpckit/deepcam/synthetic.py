@@ -56,6 +56,7 @@ from pathlib import Path
 
 import numpy as np
 
+from hpckit.common import memory
 from hpckit.common.errors import KitError
 from hpckit.common.pool import worker_pool
 from hpckit.common.fileio import atomic_path, atomic_write_text, ensure_new_dir, sha256_file
@@ -536,6 +537,9 @@ def derangement(n: int, rng: np.random.Generator) -> np.ndarray:
             return perm
 
 
+BYTES_PER_PIXEL = 1024   # the generator's working set per grid cell (16 channels, float64 fields), rounded up
+
+
 def write_dataset(out: str | os.PathLike, n_train: int, n_valid: int, height: int = FULL_HEIGHT,
                   width: int = FULL_WIDTH, seed: int = 0, workers: int | None = None,
                   shuffle_labels: bool = False) -> dict:
@@ -543,12 +547,14 @@ def write_dataset(out: str | os.PathLike, n_train: int, n_valid: int, height: in
     if n_train < 1 or n_valid < 1:
         raise KitError(f"datagen: --train and --valid must be >= 1 (got {n_train}, {n_valid})")
     if height < 8 or width < 8:
-        raise KitError(f"datagen: height and width must be >= 8 (got {height} x {width})")
+        raise KitError(f"datagen: --height and --width must be >= 8 (got {height} x {width})")
     if shuffle_labels and min(n_train, n_valid) < 2:
         raise KitError("datagen: shuffled labels need at least 2 samples per split")
+    workers = workers or os.cpu_count() or 1
+    memory.require(workers * height * width * BYTES_PER_PIXEL,
+                   f"datagen: --height {height} --width {width} with {workers} workers")
     root = Path(out)
     ensure_new_dir(root, "datagen --out", "hpckit datagen writes")
-    workers = workers or os.cpu_count() or 1
     counts = {"train": n_train, "validation": n_valid}
     jobs = {}
     for split in SPLITS:

@@ -244,6 +244,10 @@ def main(args) -> int:
         raise KitError(f"give --site (known: {', '.join(known_sites()) or 'none'}) or --system-json")
     if not _NAME_RE.match(args.org):
         raise KitError(f"--org {args.org!r}: use letters, digits, '.', '_', '+', '-'")
+    if args.check is not None:   # before anything is written
+        from hpckit.results.checkers import CHECK_RULESETS
+        if args.check not in CHECK_RULESETS:
+            raise KitError(f"--check {args.check!r}: expected one of {', '.join(CHECK_RULESETS)}")
     if args.system_json is not None:
         desc = load_system_json(Path(args.system_json))
         source = f"--system-json {args.system_json}"
@@ -344,9 +348,7 @@ def main(args) -> int:
     print(f"system description -> {system_json}")
     if not args.check:
         return 0
-    from hpckit.results.checkers import CHECK_RULESETS, run_package_checker, run_result_summarizer
-    if args.check not in CHECK_RULESETS:
-        raise KitError(f"--check {args.check!r}: expected one of {', '.join(CHECK_RULESETS)}")
+    from hpckit.results.checkers import run_package_checker, run_result_summarizer
     pc = run_package_checker(org_dir, args.check, seed_checker_bypass=args.seed_checker_bypass,
                              rcp_bypass=args.rcp_bypass)
     rs = run_result_summarizer(org_dir, args.check)

@@ -128,6 +128,10 @@ def main(args) -> int:
     from hpckit.results.perflog import perflog_files
     if args.min_runs < 1:
         raise KitError(f"--min-runs {args.min_runs}: must be >= 1 (one run: no spread, the floor applies)")
+    import math
+    for name in ("floor", "ceiling", "factor"):
+        if not math.isfinite(getattr(args, name)):
+            raise KitError(f"--{name} {getattr(args, name)}: must be a finite number")
     if not 0 <= args.floor <= args.ceiling:
         raise KitError(f"--floor {args.floor} / --ceiling {args.ceiling}: need 0 <= floor <= ceiling")
     if not args.factor > 0:

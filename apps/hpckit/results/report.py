@@ -475,9 +475,10 @@ def render_html(title, site_sets, pub_sets, facts, perf_rows, inputs) -> str:
 
 
 def main(args) -> int:
-    from hpckit.common.fileio import atomic_write_json, atomic_write_text, ensure_writable_dir
+    from hpckit.common.fileio import atomic_write_json, atomic_write_text, ensure_new_dir
 
-    out = ensure_writable_dir(args.out, "--out")
+    # a report goes into a new (or empty) directory: an earlier report is never replaced
+    out = ensure_new_dir(args.out, "--out", "hpckit report writes")
     seen: set = set()
     site_sets, site_facts = gather(args.runs, "site", seen)
     if not site_sets:

@@ -373,6 +373,8 @@ def to_json(sets: list[dict]) -> dict:
 
 
 def main_score(args) -> int:
+    if args.json and os.path.lexists(args.json):   # before any work: never replace a file
+        raise KitError(f"--json {args.json}: exists; hpckit score writes only a new file")
     sets, notes = score_sets(args.paths, getattr(args, "scaling", None), getattr(args, "ruleset", None))
     print("\n".join(format_sets(sets, notes)))
     if args.json:
