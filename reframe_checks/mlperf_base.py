@@ -57,11 +57,11 @@ def load_json(path, writer):
         raise SanityError(f'{path} is not valid JSON: {e}') from None
 
 
-def hpckit_error(stderr_path):
-    """The one-line error `hpckit` printed (the file or key at fault), or None."""
+def hpckit_error(stderr_path, command='train'):
+    """The one-line error `hpckit <command>` printed (the file or key at fault), or None."""
     try:
         with open(stderr_path, errors='replace') as f:
-            found = re.findall(r'^hpckit \w+: error: .*$', f.read(), re.M)
+            found = re.findall(rf'^hpckit {command}: error: .*$', f.read(), re.M)
     except OSError:
         return None
     return found[-1] if found else None
