@@ -1,4 +1,4 @@
-"""hpckit.common.optim: LAMB against the published update rule, the reference's warmup
+"""hpckit.deepcam.optim: LAMB against the published update rule, the reference's warmup
 schedules, the MLPerf keys against the official hpc_3.0.0 DeepCAM rules, bad configs."""
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import yaml
 torch = pytest.importorskip("torch")
 
 from hpckit.common.errors import KitError  # noqa: E402
-from hpckit.common.optim import (LAMB, lr_at, make_optimizer, make_scheduler,  # noqa: E402
+from hpckit.deepcam.optim import (LAMB, lr_at, make_optimizer, make_scheduler,  # noqa: E402
                                  mlperf_optimizer_keys)
 
 REF_OPT = {"name": "LAMB", "lr": 0.0055, "betas": [0.9, 0.999], "eps": 1e-6, "weight_decay": 0.01,

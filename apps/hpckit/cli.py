@@ -10,11 +10,12 @@ import argparse
 import importlib
 import sys
 
+from hpckit.common.benchmark import PACKAGES
 from hpckit.common.dist import DIST_CHOICES
 from hpckit.common.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, KitError, Terminated, disk_error, \
     is_disk_error
 
-BENCHMARKS = ("cosmoflow", "deepcam")
+BENCHMARKS = PACKAGES   # one package, one descriptor each (hpckit/common/benchmark.py)
 # Subcommands that own their arguments: module.add_arguments(parser) and module.main(args).
 # The modules import their heavy dependencies (matplotlib, spython) inside main().
 TOOL_COMMANDS = {

@@ -33,6 +33,7 @@ from typing import Any
 
 import yaml
 
+from hpckit.common.benchmark import RuleSubstitution, descriptors
 from hpckit.common.config import load_config
 from hpckit.common.errors import KitError
 
@@ -50,43 +51,10 @@ MAX_MESSAGE = 400  # characters of the checker's message kept in the verdict lin
 # --------------------------------------------------------------------------------------
 # The mini ruleset: which official rules are replaced, and by which config value.
 
-@dataclass(frozen=True)
-class RuleSubstitution:
-    """One official rule expression whose constant comes from the training config instead.
-
-    `files` are the official ruleset's files (all must hold the record), `key` the record's
-    NAME, `field` the record field (CHECK, ATLEAST_ONE_CHECK), `official` the whole official
-    expression (compared with whitespace normalised), `constant` the literal in it that is
-    replaced, `config_key` the dotted path of the config value that replaces it.
-    """
-
-    files: tuple[str, ...]
-    key: str
-    field: str
-    official: str
-    constant: str
-    config_key: str
-    kind: type = float  # float: a positive finite number; int: a positive integer
-
-
-# One entry per benchmark. A benchmark absent here has no mini ruleset.
+# One entry per benchmark, from its descriptor (hpckit/<benchmark>/__init__.py); a benchmark
+# without substitutions has no mini ruleset.
 MINI_RULES: dict[str, tuple[RuleSubstitution, ...]] = {
-    "cosmoflow": (
-        RuleSubstitution(("closed_cosmoflow.yaml", "open_cosmoflow.yaml"), "eval_error",
-                         "ATLEAST_ONE_CHECK", "v['value'] <= 0.124 and v['value'] > 0.",
-                         "0.124", "train.target_mae"),
-        # The official cosmoflow rules have no dataset-size check to replace.
-    ),
-    "deepcam": (
-        RuleSubstitution(("closed_deepcam.yaml", "open_deepcam.yaml"), "eval_accuracy",
-                         "ATLEAST_ONE_CHECK", "v['value'] >= 0.82 and v['value'] <= 1.",
-                         "0.82", "train.target_iou"),
-        RuleSubstitution(("closed_deepcam.yaml",), "train_samples", "CHECK",
-                         "v['value'] == 121266", "121266", "data.n_train", int),
-        RuleSubstitution(("closed_deepcam.yaml",), "eval_samples", "CHECK",
-                         "v['value'] == 15158", "15158", "data.n_valid", int),
-    ),
-}
+    name: d.mini_rules for name, d in descriptors().items() if d.mini_rules}
 
 _ENQUEUE_RE = re.compile(r"""enqueue_config\(\s*(['"])hpc_%s/""" % re.escape(MINI_BASE))
 

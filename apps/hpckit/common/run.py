@@ -136,6 +136,11 @@ class Quality:
             return False
         return value >= self.target if self.higher_is_better else value <= self.target
 
+    @classmethod
+    def of(cls, bench, cfg: dict) -> "Quality":
+        """The benchmark's metric and direction (its descriptor) with the config's target."""
+        return cls(bench.metric, float(flatten(cfg)[bench.target_key]), bench.higher_is_better)
+
 
 @dataclass(frozen=True)
 class LogStyle:

@@ -21,7 +21,7 @@ from hpckit.common.native_log import divert_native_stderr
 from hpckit.common.fileio import ensure_writable_dir
 from hpckit.common.run import (LogStyle, MLPerfRun, Quality, check_finite, claim_output_dir, diagnosed,
                                equal_train_split, launch)
-from hpckit.cosmoflow import BENCHMARK, data
+from hpckit.cosmoflow import BENCHMARK, DESCRIPTOR, data
 from hpckit.cosmoflow.model_spec import validate_model_config
 
 
@@ -285,7 +285,7 @@ def train(args) -> int:
     # (mlcommons/hpc@2c627d4 cosmoflow/data/cosmo.py:95-99); the kit drops the remainder
     # instead, as DeepCAM's reference does, and logs it (hpckit_train_share)
     files["train"], per_rank, dropped = equal_train_split(files["train"], ranks, cfg["data"]["batch_size"])
-    quality = Quality(HPC.EVAL_ERROR, cfg["train"]["target_mae"], higher_is_better=False)
+    quality = Quality.of(DESCRIPTOR, cfg)
 
     with MLPerfRun(benchmark=BENCHMARK, framework=args.framework, cfg=cfg, launched=launched,
                    out_dir=args.output_dir, quality=quality, global_batch=global_batch,

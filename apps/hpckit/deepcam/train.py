@@ -12,16 +12,16 @@ import time
 
 import torch
 
-from hpckit.common import optim, precision
+from hpckit.common import precision
+from hpckit.deepcam import optim
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
 from hpckit.common.mllog import C
 from hpckit.common.run import (LogStyle, MLPerfRun, Quality, check_finite, claim_output_dir, diagnosed,
                                equal_train_split, launch)
-from hpckit.deepcam import BENCHMARK, data
+from hpckit.deepcam import BENCHMARK, DESCRIPTOR, data
 from hpckit.deepcam.model import build_model, validate_model_config
 
-EVAL_ACCURACY = "eval_accuracy"
 
 
 def validate_config(cfg: dict) -> None:
@@ -189,7 +189,7 @@ def train(args) -> int:
     unit = cfg["data"]["batch_size"] * accumulate   # samples of one optimizer step on one rank
     files["train"], per_rank, dropped = equal_train_split(files["train"], ranks, unit)
     stats = data.load_stats(args.data, cfg["data"]["n_channels"])
-    quality = Quality(EVAL_ACCURACY, cfg["train"]["target_iou"], higher_is_better=True)
+    quality = Quality.of(DESCRIPTOR, cfg)
 
     with MLPerfRun(benchmark=BENCHMARK, framework="pytorch", cfg=cfg, launched=launched,
                    out_dir=args.output_dir, quality=quality, global_batch=global_batch,

@@ -20,17 +20,16 @@ import operator
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from hpckit.common.benchmark import descriptors
 from hpckit.common.errors import KitError
 
 MARKER = ":::MLLOG "
 
-# benchmark -> (metric key, comparison, target); others are only recorded.
-TARGETS = {
-    "cosmoflow": ("eval_error", "<=", 0.124),
-    "deepcam": ("eval_accuracy", ">=", 0.82),
-}
+# benchmark -> (metric key, comparison, official target), from each benchmark's descriptor
+# (hpckit/<benchmark>/__init__.py); other benchmarks (oc20, openfold) are only recorded.
+TARGETS = {name: (d.metric, d.comparison, d.official_target) for name, d in descriptors().items()}
 # where the kit's logs (hpckit_config, the flattened training config) keep the target
-KIT_TARGET_KEYS = {"cosmoflow": "train.target_mae", "deepcam": "train.target_iou"}
+KIT_TARGET_KEYS = {name: d.target_key for name, d in descriptors().items()}
 _OPS = {"<=": operator.le, ">=": operator.ge}
 _RECORDED_METRICS = ("eval_accuracy", "eval_error")
 

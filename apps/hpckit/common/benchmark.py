@@ -1,0 +1,62 @@
+"""Each benchmark's facts, in one descriptor per benchmark package (`DESCRIPTOR` in
+hpckit/cosmoflow/__init__.py and hpckit/deepcam/__init__.py): the MLPerf name, the quality
+metric and its direction, the official target and the config key holding the kit's, and the
+official rules the mini ruleset replaces. The CLI, the training's quality test, the log
+reader (score, package, report) and the compliance checker read them here, never from a
+copy of their own.
+"""
+
+from __future__ import annotations
+
+import importlib
+from dataclasses import dataclass
+
+PACKAGES = ("cosmoflow", "deepcam")
+
+
+@dataclass(frozen=True)
+class RuleSubstitution:
+    """One official rule expression whose constant comes from the training config instead
+    (the mini ruleset, common/compliance.py).
+
+    `files` are the official ruleset's files (all must hold the record), `key` the record's
+    NAME, `field` the record field (CHECK, ATLEAST_ONE_CHECK), `official` the whole official
+    expression (compared with whitespace normalised), `constant` the literal in it that is
+    replaced, `config_key` the dotted path of the config value that replaces it.
+    """
+
+    files: tuple[str, ...]
+    key: str
+    field: str
+    official: str
+    constant: str
+    config_key: str
+    kind: type = float  # float: a positive finite number; int: a positive integer
+
+
+@dataclass(frozen=True)
+class Benchmark:
+    name: str                    # submission_benchmark
+    metric: str                  # the MLPerf key of the quality metric
+    higher_is_better: bool
+    official_target: float       # the closed division's quality target
+    target_key: str              # the config key holding the kit's target (mini: a substitution)
+    mini_rules: tuple[RuleSubstitution, ...]   # official rules the mini ruleset rewrites
+
+    @property
+    def comparison(self) -> str:
+        return ">=" if self.higher_is_better else "<="
+
+    def reached(self, value: float, target: float) -> bool:
+        """value meets target (a NaN never does)."""
+        return value >= target if self.higher_is_better else value <= target
+
+
+def descriptors() -> dict[str, Benchmark]:
+    """name -> descriptor of every benchmark package (light imports: the packages'
+    __init__ holds only the descriptor)."""
+    return {name: importlib.import_module(f"hpckit.{name}").DESCRIPTOR for name in PACKAGES}
+
+
+def descriptor(name: str) -> Benchmark:
+    return descriptors()[name]
