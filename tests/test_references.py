@@ -68,6 +68,29 @@ def test_ceiling_and_too_few_runs(tmp_path):
     assert "2 figure(s), --min-runs 3 needed" in proc.stderr and not (tmp_path / "x.yaml").exists()
 
 
+def test_a_bound_is_never_tighter_than_the_timer_resolution(tmp_path):
+    """Staging of 0.20 .. 0.22 s: the spread gives a 10 % bound (0.022 s), the resolution
+    0.5 s wins (2.381 as a fraction of the 0.21 s median); a 100 s staging keeps its
+    relative bound. --resolution s=0 turns it off."""
+    def staging(values):
+        return [{"staging_time": (v, "s"), "time_to_train": (1.0, "min"), "train_throughput": (100, "samples/s"),
+                 "epochs": (5, "epochs")} for v in values]
+    out = tmp_path / "r.yaml"
+    logs = perflog(tmp_path / "small", staging([0.20, 0.21, 0.22]))
+    assert run_hpckit("references", "calibrate", "--perflog", logs, "--out", out).returncode == 0
+    entry = yaml.safe_load(out.read_text())["CosmoFlowCheck"]["local:default"]["mini"]["pytorch"]
+    assert entry["staging_time"] == [0.21, None, 2.381, "s"]
+    assert entry["train_throughput"] == [100, -0.1, None, "samples/s"]   # no resolution for rates
+    assert run_hpckit("references", "calibrate", "--perflog", logs, "--out", out, "--replace",
+                      "--resolution", "s=0").returncode == 0
+    assert yaml.safe_load(out.read_text())["CosmoFlowCheck"]["local:default"]["mini"]["pytorch"][
+        "staging_time"] == [0.21, None, 0.1, "s"]
+    big = perflog(tmp_path / "big", staging([100.0, 101.0, 99.0]))
+    assert run_hpckit("references", "calibrate", "--perflog", big, "--out", out, "--replace").returncode == 0
+    assert yaml.safe_load(out.read_text())["CosmoFlowCheck"]["local:default"]["mini"]["pytorch"][
+        "staging_time"] == [100.0, None, 0.1, "s"]
+
+
 def test_never_replaces_unasked(tmp_path):
     logs = perflog(tmp_path / "p", runs([1.0, 1.0, 1.0], [100, 100, 100]))
     out = tmp_path / "references.yaml"
@@ -84,6 +107,8 @@ def test_never_replaces_unasked(tmp_path):
     (["--min-runs", "0"], "--min-runs 0"),
     (["--floor", "0.6", "--ceiling", "0.5"], "--floor 0.6"),
     (["--factor", "0"], "--factor 0"),
+    (["--resolution", "s"], "--resolution 's'"),
+    (["--resolution", "s=-1"], "--resolution 's=-1'"),
 ])
 def test_bad_options_are_one_line(tmp_path, args, message):
     logs = perflog(tmp_path / "p", runs([1.0, 1.0, 1.0], [100, 100, 100]))

@@ -12,7 +12,11 @@ per check class, partition, config and framework, per performance variable
 (time_to_train, staging_time and epochs above; throughputs below) and its size is the
 measured spread: `factor * max |x - median| / median`, clamped to [floor, ceiling] (a site
 sets both: a tight floor catches small regressions, the ceiling keeps a noisy variable
-from accepting anything). A variable with fewer than --min-runs figures is an error, not a
+from accepting anything), and never tighter than the unit's resolution (`--resolution`,
+default s=0.5 and min=0.05): the jitter of timing a short step, which a relative bound on
+a 0.2 s figure cannot absorb (measured on the mini checks: three calibration runs spread
+staging by 0.07 s, unchanged reruns then moved it by up to 0.27 s and a 16 s training by
+2 s: false FAILs in 4 of 5 reruns at the 12-34 % bounds the spread alone gave). A variable with fewer than --min-runs figures is an error, not a
 guess. The file starts with a comment saying when, on which host (CPU model, flags,
 machine key) and with which software stack it was measured, from how many runs.
 
@@ -32,6 +36,14 @@ from pathlib import Path
 from hpckit.common.errors import KitError
 from hpckit.results.perflog import read_perflogs
 
+# The smallest allowed deviation per unit, whatever the median: timing a sub-second copy
+# jitters by a few tenths of a second, a short training (process start, imports, staging,
+# the loader's first batches) by a few seconds. Measured on the mini checks (2-core VM,
+# 2026-11-24, 8 unchanged runs): staging deviated from its median by up to 0.27 s (0.21 to
+# 0.48 s), time to train by up to 0.034 min; the defaults are about twice that, as the
+# factor 2 on the spread.
+RESOLUTION = {"s": 0.5, "min": 0.05}
+
 # Which way a variable gets worse: the side its bound is on.
 WORSE_WHEN = {"time_to_train": "higher", "staging_time": "higher", "epochs": "higher",
               "train_throughput": "lower", "eval_throughput": "lower"}
@@ -48,15 +60,36 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c.add_argument("--ceiling", type=float, default=0.50, help="largest tolerance, a fraction (default 0.50)")
     c.add_argument("--factor", type=float, default=2.0,
                    help="tolerance = factor x the largest relative deviation from the median (default 2)")
+    c.add_argument("--resolution", action="append", default=[], metavar="UNIT=VALUE",
+                   help="a bound is never tighter than VALUE (in UNIT) above or below the median: "
+                        f"the timer's jitter (default {', '.join(f'{u}={v}' for u, v in RESOLUTION.items())})")
     c.add_argument("--replace", action="store_true", help="replace an existing --out file")
 
 
-def tolerance(values: list[float], median: float, factor: float, floor: float, ceiling: float) -> float:
+def tolerance(values: list[float], median: float, factor: float, floor: float, ceiling: float,
+              resolution: float = 0.0) -> float:
     spread = max(abs(v - median) for v in values) / abs(median) if median else ceiling
-    return min(ceiling, max(floor, factor * spread))
+    relative = min(ceiling, max(floor, factor * spread))
+    return max(relative, resolution / abs(median)) if median else relative
 
 
-def calibrate(rows: list[dict], min_runs: int, factor: float, floor: float, ceiling: float) -> dict:
+def parse_resolution(items: list[str]) -> dict[str, float]:
+    import math
+    out = dict(RESOLUTION)
+    for item in items:
+        unit, sep, value = item.partition("=")
+        try:
+            number = float(value)
+        except ValueError:
+            number = float("nan")
+        if not sep or not unit or not math.isfinite(number) or number < 0:
+            raise KitError(f"--resolution {item!r}: expected UNIT=VALUE with VALUE >= 0 (e.g. s=0.25)")
+        out[unit] = number
+    return out
+
+
+def calibrate(rows: list[dict], min_runs: int, factor: float, floor: float, ceiling: float,
+              resolution: dict[str, float] | None = None) -> dict:
     """{check_class: {partition: {config: {framework: {var: [median, lower, upper, unit, n, lo, hi]}}}}}"""
     groups: dict[tuple, list[float]] = {}
     units: dict[tuple, str] = {}
@@ -76,7 +109,7 @@ def calibrate(rows: list[dict], min_runs: int, factor: float, floor: float, ceil
             raise KitError(f"--perflog: {check} {partition} {config} {framework} {var}: {len(values)} "
                            f"figure(s), --min-runs {min_runs} needed (run the checks more often)")
         med = statistics.median(values)
-        tol = round(tolerance(values, med, factor, floor, ceiling), 3)
+        tol = round(tolerance(values, med, factor, floor, ceiling, (resolution or {}).get(units[key], 0.0)), 3)
         lower, upper = (None, tol) if WORSE_WHEN[var] == "higher" else (-tol, None)
         entry = [round(med, 4), lower, upper, units[key], len(values), min(values), max(values)]
         out.setdefault(check, {}).setdefault(partition, {}).setdefault(config, {}).setdefault(framework, {})[var] = entry
@@ -104,7 +137,8 @@ def render(refs: dict, n_files: int, args) -> str:
         + " ".join(sorted(f for f in cores.cpu_flags() if f.startswith(("avx", "amx", "sve", "fma")))),
         f"#   software: {software()}",
         f"#   from {n_files} perflog file(s); tolerance = {args.factor} x largest relative deviation "
-        f"from the median, clamped to [{args.floor}, {args.ceiling}]",
+        f"from the median, clamped to [{args.floor}, {args.ceiling}], at least the resolution "
+        f"{', '.join(f'{u}={v}' for u, v in parse_resolution(args.resolution).items())}",
         "# Entries: [median, lower, upper, unit]; lower/upper are fractions of the median, null = no bound.",
         "# The comment after each entry: runs, smallest and largest figure measured.",
     ]
@@ -139,8 +173,9 @@ def main(args) -> int:
     out = Path(args.out)
     if out.exists() and not args.replace:
         raise KitError(f"--out {out}: exists; pass --replace to replace it")
+    resolution = parse_resolution(args.resolution)
     rows = read_perflogs(args.perflog)
-    refs = calibrate(rows, args.min_runs, args.factor, args.floor, args.ceiling)
+    refs = calibrate(rows, args.min_runs, args.factor, args.floor, args.ceiling, resolution)
     text = render(refs, len(perflog_files(args.perflog)), args)
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
