@@ -93,7 +93,7 @@ def main() -> int:
     ap.add_argument("--calibration-runs", type=int, default=3)
     ap.add_argument("--reruns", type=int, default=5)
     ap.add_argument("--faults", default=",".join(FAULTS))
-    ap.add_argument("--floor", type=float, default=0.10)
+    ap.add_argument("--floor", type=float, default=0.20, help="as make calibrate (default 0.20)")
     ap.add_argument("--ceiling", type=float, default=0.50)
     ap.add_argument("--workdir", default=None)
     args = ap.parse_args()
