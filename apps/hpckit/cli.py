@@ -35,25 +35,22 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
-def seed_value(text: str) -> int:
-    """--seed: an integer 0 <= seed < 2**31 (what every framework's generator takes)."""
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if not 0 <= value < 2 ** 31:
-        raise argparse.ArgumentTypeError(f"{value} is outside 0 .. 2147483647")
-    return value
+def int_in(low: int, high: int | None = None):
+    """An argparse type: an integer low <= n (< high), else argparse's one-line error."""
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
+        if value < low or (high is not None and value >= high):
+            raise argparse.ArgumentTypeError(f"{value} must be >= {low}" if high is None
+                                             else f"{value} is outside {low} .. {high - 1}")
+        return value
+    return parse
 
 
-def positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"{value} must be >= 1")
-    return value
+seed_value = int_in(0, 2 ** 31)   # --seed: what every framework's generator takes
+positive_int = int_in(1)
 
 
 def _add_config(p: argparse.ArgumentParser) -> None:

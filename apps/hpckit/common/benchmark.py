@@ -47,16 +47,8 @@ class Benchmark:
     def comparison(self) -> str:
         return ">=" if self.higher_is_better else "<="
 
-    def reached(self, value: float, target: float) -> bool:
-        """value meets target (a NaN never does)."""
-        return value >= target if self.higher_is_better else value <= target
-
 
 def descriptors() -> dict[str, Benchmark]:
     """name -> descriptor of every benchmark package (light imports: the packages'
     __init__ holds only the descriptor)."""
     return {name: importlib.import_module(f"hpckit.{name}").DESCRIPTOR for name in PACKAGES}
-
-
-def descriptor(name: str) -> Benchmark:
-    return descriptors()[name]

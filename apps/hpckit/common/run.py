@@ -194,8 +194,6 @@ def launch(args, framework: str, cfg: dict) -> Launch:
                            accelerator=getattr(device, "type", "cpu") != "cpu")
     cfg["data"]["loader_workers"] = core_plan.loader_workers
     cores.apply(core_plan, framework)   # before the communicator starts the runtime
-    if not isinstance(cfg["train"].get("deterministic"), bool):
-        raise KitError(f"config key 'train.deterministic': expected true/false, got {cfg['train'].get('deterministic')!r}")
     cfg["train"]["deterministic"] = cfg["train"]["deterministic"] or bool(getattr(args, "deterministic", False))
     determinism.apply(framework, cfg["train"]["deterministic"], getattr(device, "type", "cpu"))
     dist.raise_on_sigterm()

@@ -117,7 +117,7 @@ def find_dataset(root: str | os.PathLike, n_train: int, n_valid: int) -> dict[st
             "validation": find_split(root, "validation", n_valid, "data.n_valid")}
 
 
-# the network ends in tanh x 1.2 (mlcommons/hpc@2c627d4 cosmoflow/models/cosmoflow.py): a
+# the network ends in tanh x 1.2 (mlcommons/hpc@2c627d4 cosmoflow/models/cosmoflow.py:84-85): a
 # target beyond it is unreachable, i.e. not the dataset's normalised parameters
 Y_BOUND = 1.2
 

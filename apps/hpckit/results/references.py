@@ -17,7 +17,8 @@ default s=1.0 and min=0.05): the jitter of timing a short step, which a relative
 a 0.2 s figure cannot absorb (measured on the mini checks, bench/acceptance_power.py: three
 calibration runs spread staging by 0.07 s, unchanged reruns then moved it by up to 0.67 s
 and a 16 s training by 2 s; the spread alone gave 12-34 % bounds and false FAILs in 4 of 5
-reruns, s=0.5 in 1 of 10, s=1.0 in none of the same 10). A variable with fewer than --min-runs figures is an error, not a
+reruns; with s=1.0 the remaining false FAILs came from the machine's drift, which the
+floor covers: bench/README.md). A variable with fewer than --min-runs figures is an error, not a
 guess. The file starts with a comment saying when, on which host (CPU model, flags,
 machine key) and with which software stack it was measured, from how many runs.
 
