@@ -220,47 +220,74 @@ def torch_loader(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler=N
 
 # ---------------------------------------------------------------- TensorFlow
 
+class _Epochs:
+    """Iterating it runs the next epoch: the sampler's next draw, as a tensor, through a
+    fresh tf.data pipeline. No Python inside the pipeline: with a per-sample
+    from_generator index a pass over the mini training set took 0.93-1.49 s, with the
+    order as a tensor 0.82-0.93 s."""
+
+    def __init__(self, sampler, pipeline):
+        self.sampler, self.pipeline = sampler, pipeline
+
+    def __iter__(self):
+        return iter(self.pipeline(np.fromiter(self.sampler, dtype=np.int64)))
+
+
 def tf_dataset(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler=None):
     import tensorflow as tf
 
     size, apply_log = cfg["data"]["sample_size"], cfg["data"]["apply_log"]
     shape = (size, size, size, N_TARGETS)
+    # tf.data's autotuning is off, the parallelism fixed to the rank's threads (the core
+    # plan's): with autotuning about one pass in four over the mini training set took
+    # 1.31 s instead of 0.82-0.89 s (every batch stretched to 10 ms), and one mini epoch in
+    # three trained at 200 samples/s instead of 290; without it 0.90-1.01 s every pass
+    # (bench/pass_stability.py, bench/README "pass_stability.py")
+    parallel = tf.config.threading.get_intra_op_parallelism_threads() or len(os.sched_getaffinity(0))
+    options = tf.data.Options()
+    options.autotune.enabled = False
+    names = tf.constant([os.fsencode(f) for f in split.files])   # bytes: any file name the OS allows
+    features = {"x": tf.io.FixedLenFeature([], tf.string), "y": tf.io.FixedLenFeature([N_TARGETS], tf.float32)}
+
+    def parse(record):
+        ex = tf.io.parse_single_example(record, features)
+        x = tf.reshape(tf.io.decode_raw(ex["x"], tf.int16), shape)
+        # the values read_sample refuses, measured here (stateless, in parallel)...
+        return x, ex["y"], (tf.reduce_min(x) >= 0, tf.reduce_all(tf.abs(ex["y"]) <= Y_BOUND),
+                            tf.reduce_all(tf.math.is_finite(ex["y"])))
+
+    def refuse(x, y, ok):
+        # ...and refused in a map of its own: an Assert is a stateful op, and a map holding
+        # one runs sequentially under op determinism (--deterministic). The iterator's error
+        # sends `diagnosed` to the strict reader, which names the file.
+        checks = [tf.debugging.Assert(ok[0], ["negative particle count"]),
+                  tf.debugging.Assert(ok[1], ["target y out of range"]),
+                  tf.debugging.Assert(ok[2], ["target y is not finite"])]
+        with tf.control_dependencies(checks):
+            return tf.identity(x), tf.identity(y)
+
+    def load(i):
+        return read_sample(split, int(i), size)
 
     def finish(x, y):
         x = tf.cast(x, tf.float32)
         x = tf.math.log(x + 1.0) if apply_log else x / tf.reduce_mean(x)
         return x, y
 
-    # the same per-epoch shard as the PyTorch path: each pass over the dataset (an epoch)
-    # draws the sampler's next epoch
-    sampler = _sampler(split, cfg, train, seed, sampler)
-    index = tf.data.Dataset.from_generator(lambda: iter(sampler), output_signature=tf.TensorSpec((), tf.int64))
-    if split.fmt == "tfrecord":
-        names = tf.constant([os.fsencode(f) for f in split.files])   # bytes: any file name the OS allows
-        features = {"x": tf.io.FixedLenFeature([], tf.string), "y": tf.io.FixedLenFeature([N_TARGETS], tf.float32)}
+    def pipeline(order):
+        index = tf.data.Dataset.from_tensor_slices(order)
+        if split.fmt == "tfrecord":
+            ds = tf.data.TFRecordDataset(index.map(lambda i: tf.gather(names, i)),
+                                         compression_type=split.compression or "")
+            ds = ds.map(parse, num_parallel_calls=parallel).map(refuse)
+        else:
+            ds = index.map(lambda i: tf.numpy_function(load, [i], (tf.int16, tf.float32)),
+                           num_parallel_calls=parallel)
+            ds = ds.map(lambda x, y: (tf.ensure_shape(x, shape), tf.ensure_shape(y, [N_TARGETS])))
+        ds = ds.map(finish, num_parallel_calls=parallel)
+        ds = ds.batch(cfg["data"]["batch_size"], drop_remainder=train)
+        return ds.prefetch(cfg["data"]["prefetch"]).with_options(options)
 
-        def parse(record):
-            ex = tf.io.parse_single_example(record, features)
-            x = tf.reshape(tf.io.decode_raw(ex["x"], tf.int16), shape)
-            # the values read_sample refuses, refused here too (the iterator's error sends
-            # `diagnosed` to the strict reader, which names the file)
-            checks = [tf.debugging.assert_non_negative(x, message="negative particle count"),
-                      tf.debugging.assert_less_equal(tf.abs(ex["y"]), Y_BOUND, message="target y out of range"),
-                      tf.debugging.assert_all_finite(ex["y"], "target y is not finite")]
-            with tf.control_dependencies(checks):
-                return tf.identity(x), tf.identity(ex["y"])
-
-        files = index.map(lambda i: tf.gather(names, i))
-        ds = tf.data.TFRecordDataset(files, compression_type=split.compression or "")
-        ds = ds.map(parse, num_parallel_calls=tf.data.AUTOTUNE)
-    else:
-        def load(i):
-            x, y = read_sample(split, int(i), size)
-            return x, y
-
-        ds = index.map(lambda i: tf.numpy_function(load, [i], (tf.int16, tf.float32)),
-                       num_parallel_calls=tf.data.AUTOTUNE)
-        ds = ds.map(lambda x, y: (tf.ensure_shape(x, shape), tf.ensure_shape(y, [N_TARGETS])))
-    ds = ds.map(finish, num_parallel_calls=tf.data.AUTOTUNE)
-    ds = ds.batch(cfg["data"]["batch_size"], drop_remainder=train)
-    return ds.prefetch(cfg["data"]["prefetch"])
+    # the same per-epoch shard as the PyTorch path: each pass (an epoch) draws the
+    # sampler's next epoch
+    return _Epochs(_sampler(split, cfg, train, seed, sampler), pipeline)
