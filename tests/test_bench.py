@@ -68,3 +68,18 @@ def test_side_by_side_prints_every_figure(tmp_path):
     bad = subprocess.run([sys.executable, str(REPO / "bench" / "side_by_side.py"), "--reference", str(tmp_path)],
                          capture_output=True, text=True, timeout=60, env=env, cwd=REPO)
     assert bad.returncode == 2 and str(tmp_path) in bad.stderr and len(bad.stderr.strip().splitlines()) == 1
+
+
+def test_pass_stability_prints_every_figure():
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "pass_stability.py"), "--procs", "1", "--passes", "2"],
+                          capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# cpus=") and "flags=" in lines[0], lines[0]
+    cases = ["malloc_cosmoflow_glibc_default", "malloc_cosmoflow_tuned", "malloc_deepcam_glibc_default",
+             "malloc_deepcam_tuned", "tf.data_cosmoflow-tfrecord_autotune_on", "tf.data_cosmoflow-tfrecord_autotune_off"]
+    for case, line in zip(cases, lines[1:], strict=True):
+        m = re.fullmatch(rf"case={re.escape(case)} ms_median={NUMBER} ms_min={NUMBER} ms_max={NUMBER} "
+                         rf"max/min={NUMBER}  passes: {NUMBER} {NUMBER}", line)
+        assert m and all(float(v) > 0 for v in m.groups()), line

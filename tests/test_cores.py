@@ -119,3 +119,33 @@ def test_mpirun_two_ranks_split_the_cores(bind, expect):
     assert sorted(a for r in ranks for a in r["affinity"]) == [0, 1]
     assert [r["threads"] for r in ranks] == [1, 1]
     assert {r["binding"] for r in ranks} == {expect}
+
+
+ALLOC_PROBE = """
+import ctypes, sys
+from hpckit.common import memory
+if sys.argv[1] == "tuned":
+    print(memory.tune_allocator(), file=sys.stderr)
+libc = ctypes.CDLL("libc.so.6")
+libc.malloc.restype = ctypes.c_void_p
+p = libc.malloc(16 << 20)
+for line in open("/proc/self/maps"):
+    lo, hi = (int(v, 16) for v in line.split()[0].split("-"))
+    if lo <= p < hi:
+        print(line.split()[-1] if line.split()[-1] == "[heap]" else "own mapping")
+"""
+
+
+@pytest.mark.parametrize("mode, where", [("tuned", "[heap]"), ("default", "own mapping")])
+def test_tuned_allocator_keeps_a_16_mib_block_on_the_heap(mode, where):
+    """A step's 16 MiB activation comes from the heap once the allocator is tuned (glibc
+    otherwise maps and unmaps it, page-faulting it in again every step); the untuned
+    process shows the probe can tell the two apart."""
+    if not os.path.exists("/proc/self/maps") or "glibc" not in " ".join(os.confstr("CS_GNU_LIBC_VERSION").split()[:1]):
+        pytest.skip("glibc on Linux only")
+    proc = subprocess.run([sys.executable, "-c", ALLOC_PROBE, mode], capture_output=True, text=True,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "apps")}, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.strip() == where
+    if mode == "tuned":
+        assert proc.stderr.startswith("glibc mmap_threshold=32MiB")

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hpckit.common import cores, determinism, precision, staging
+from hpckit.common import cores, determinism, memory, precision, staging
 from hpckit.common.config import flatten
 from hpckit.common import dist
 from hpckit.common.dist import Ranks
@@ -162,6 +162,7 @@ class Launch:
     stage_dir: Path | None
     cores: cores.CorePlan
     keep_staged: bool = False   # --keep-staged: leave the staged copies (else removed at the end)
+    allocator: str = "unchanged"   # memory.tune_allocator's settings, logged
 
     @property
     def accelerators_per_node(self) -> int:
@@ -194,13 +195,15 @@ def launch(args, framework: str, cfg: dict) -> Launch:
                            accelerator=getattr(device, "type", "cpu") != "cpu")
     cfg["data"]["loader_workers"] = core_plan.loader_workers
     cores.apply(core_plan, framework)   # before the communicator starts the runtime
+    allocator = memory.tune_allocator()
     cfg["train"]["deterministic"] = cfg["train"]["deterministic"] or bool(getattr(args, "deterministic", False))
     determinism.apply(framework, cfg["train"]["deterministic"], getattr(device, "type", "cpu"))
     dist.raise_on_sigterm()
     comm = dist.make_comm(kind, ranks, device=device, timeout_s=timeout_s)
     seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
     seed = comm.broadcast_int(seed)
-    return Launch(ranks, comm, device, seed, stage_dir, core_plan, bool(getattr(args, "keep_staged", False)))
+    return Launch(ranks, comm, device, seed, stage_dir, core_plan, bool(getattr(args, "keep_staged", False)),
+                  allocator)
 
 
 class Diverged(Exception):
@@ -276,7 +279,7 @@ class MLPerfRun:
         self.seed, self.ranks, self.comm = launched.seed, launched.ranks, launched.comm
         self.quality, self.global_batch = quality, global_batch
         self.accelerators_per_node = launched.accelerators_per_node
-        self.cores = launched.cores
+        self.cores, self.allocator = launched.cores, launched.allocator
         self.out_dir = ensure_writable_dir(out_dir, "--output-dir")
         self.log = MLLogger(self.out_dir / "mlperf.log" if self.ranks.rank == 0 else None, self.ranks.rank)
         self.staging_s = 0.0
@@ -362,7 +365,7 @@ class MLPerfRun:
         self.log.event("hpckit_config", {"name": self.cfg["name"], "framework": self.framework,
                                          "ranks": self.ranks.size, "ranks_per_node": self.ranks.local_size,
                                          "launcher": self.ranks.launcher, "dist": self.comm.kind,
-                                         "cores": self.cores.as_log(),
+                                         "cores": self.cores.as_log(), "allocator": self.allocator,
                                          **{k: v for k, v in flatten(self.cfg).items() if k != "name"}})
         for key, value in hyperparameters:
             self.log.event(key, value)
@@ -536,6 +539,7 @@ class MLPerfRun:
             "launcher": self.ranks.launcher,
             "dist": self.comm.kind,
             "cores": self.cores.as_log(),
+            "allocator": self.allocator,
             "seed": self.seed,
             "replicas_in_sync": self.replicas_in_sync,
             "cache_clear": self.cache_report,
