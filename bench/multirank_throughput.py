@@ -51,8 +51,14 @@ def main() -> int:
     ap.add_argument("--ranks", type=int, default=2)
     ap.add_argument("--launcher", choices=("mpirun", "torchrun"), default="mpirun")
     ap.add_argument("--epochs", type=int, default=2)
-    ap.add_argument("--threads", type=int, default=os.cpu_count() or 1, help="total intra-op threads")
+    ap.add_argument("--threads", type=int, default=None,
+                    help="total intra-op threads, split over the ranks and passed as --threads (default: none "
+                         "passed: each rank takes the kit's core plan, pinned to its share of the CPUs)")
     ap.add_argument("--workdir", default=None)
+    ap.add_argument("--cosmoflow-size", type=int, default=None,
+                    help="cube side instead of the mini 32 (more compute per communication)")
+    ap.add_argument("--deepcam-size", default=None, help="HxW instead of the mini 96x144")
+    ap.add_argument("--samples", default=None, help="TRAIN,VALID samples instead of the mini config's")
     args = ap.parse_args()
     if MINI_BATCH % args.ranks:
         sys.exit(f"--ranks {args.ranks} must divide the mini batch {MINI_BATCH}")
@@ -61,10 +67,25 @@ def main() -> int:
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
     if os.geteuid() == 0:
         env.update(OMPI_ALLOW_RUN_AS_ROOT="1", OMPI_ALLOW_RUN_AS_ROOT_CONFIRM="1")
-    per_rank_threads = max(1, args.threads // args.ranks)
+    per_rank_threads = args.threads and max(1, args.threads // args.ranks)
     print(f"# host={platform.node()} cpus={os.cpu_count()} load1={os.getloadavg()[0]:.2f} "
-          f"launcher={args.launcher} ranks={args.ranks} epochs={args.epochs} threads_total={args.threads}")
+          f"launcher={args.launcher} ranks={args.ranks} epochs={args.epochs} "
+          f"threads_total={args.threads or 'core plan'}")
     print(f"{'case':<22} {'ranks':>5} {'launcher':<9} {'gbs':>4} {'train/s':>9} {'eval/s':>9} {'epoch_s':>8}")
+    gen_args = {"cosmoflow": [], "deepcam": []}
+    sets = {"cosmoflow": [], "deepcam": []}
+    if args.cosmoflow_size:
+        gen_args["cosmoflow"] += ["--size", args.cosmoflow_size]
+        sets["cosmoflow"] += ["--set", f"data.sample_size={args.cosmoflow_size}"]
+    if args.deepcam_size:
+        h, w = args.deepcam_size.lower().split("x")
+        gen_args["deepcam"] += ["--height", h, "--width", w]
+        sets["deepcam"] += ["--set", f"data.height={h}", "--set", f"data.width={w}"]
+    if args.samples:
+        n_train, n_valid = args.samples.split(",")
+        for bench in gen_args:
+            gen_args[bench] += ["--train", n_train, "--valid", n_valid]
+            sets[bench] += ["--set", f"data.n_train={n_train}", "--set", f"data.n_valid={n_valid}"]
     with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
         tmp = Path(tmp)
         data = {}
@@ -72,14 +93,16 @@ def main() -> int:
             bench, framework = case.split("/")
             if bench not in data:
                 data[bench] = tmp / bench
-                run(hpckit("datagen", bench, "--config", "mini", "--out", data[bench], "--seed", "7"), env)
+                run(hpckit("datagen", bench, "--config", "mini", "--out", data[bench], "--seed", "7", *gen_args[bench]),
+                    env)
             rates = {}
             for ranks in (1, args.ranks):
                 out = tmp / f"{bench}-{framework}-{ranks}"
                 train = ["train", bench, "--data", data[bench], "--config", "mini", "--framework", framework,
                          "--output-dir", out, "--seed", "1", "--set", f"train.n_epochs={args.epochs}",
-                         "--set", UNREACHABLE[bench], "--set", f"data.batch_size={MINI_BATCH // ranks}",
-                         "--threads", args.threads if ranks == 1 else per_rank_threads]
+                         "--set", UNREACHABLE[bench], "--set", f"data.batch_size={MINI_BATCH // ranks}", *sets[bench]]
+                if args.threads:
+                    train += ["--threads", args.threads if ranks == 1 else per_rank_threads]
                 if ranks == 1:
                     cmd = hpckit(*train)
                 elif args.launcher == "mpirun":
