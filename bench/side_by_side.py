@@ -16,6 +16,12 @@ carries over, run interleaved: round 1 of every case, then round 2, ... so a cha
 machine's speed during the run hits every case alike. A case's figure is the median over
 rounds of its mean step time.
 
+The kit's cases run with the allocator `hpckit train` uses (tcmalloc preloaded when it is
+installed, common/memory.py); the reference cases with the stack's default (glibc), and
+the speed-up is against that, the reference as published. `--reference-tcmalloc` adds
+each reference case again with tcmalloc preloaded, its code unchanged, to show how much of
+the speed-up is the allocator.
+
     cosmoflow  reference/tensorflow  upstream cosmoflow/models/cosmoflow.py build_model with
                                      the model section of upstream configs/cosmo.yaml,
                                      compiled with loss mse and Keras SGD momentum 0.9 as
@@ -271,6 +277,9 @@ def main(argv=None) -> int:
     p.add_argument("--kit-set", action="append", default=[], metavar="BENCH:KEY=VALUE")
     p.add_argument("--bf16", action="store_true", help="also every kit case with train.precision=bf16 "
                    "(mixed precision; CPUs with bf16 instructions)")
+    p.add_argument("--reference-tcmalloc", action="store_true",
+                   help="also each reference case with tcmalloc preloaded (its code unchanged), as the kit's "
+                        "cases run whenever tcmalloc is installed (hpckit train --allocator auto)")
     p.add_argument("--json", metavar="FILE")
     p.add_argument("--child", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
@@ -287,7 +296,10 @@ def main(argv=None) -> int:
 
     if args.child:
         bench, case = args.child.split(":", 1)
-        result = run_case(bench, case, args.size, args.steps, args.warmup, args.reference, sets[bench])
+        result = run_case(bench, case.removesuffix("+tcmalloc"), args.size, args.steps, args.warmup,
+                          args.reference, sets[bench])
+        from hpckit.common.memory import _mapped
+        result["allocator"] = "tcmalloc" if _mapped("libtcmalloc") else "glibc"
         print("RESULT " + json.dumps(result), flush=True)
         return 0
 
@@ -299,12 +311,19 @@ def main(argv=None) -> int:
             print("side_by_side: --bf16: this CPU has no bf16 instructions", file=sys.stderr)
             return 2
         cases = [x for b, c in cases for x in ([(b, c), (b, c + "+bf16")] if c.startswith("kit/") else [(b, c)])]
+    from hpckit.common import memory
+    tcmalloc = memory.find_tcmalloc()
+    if args.reference_tcmalloc:
+        if not tcmalloc:
+            print("side_by_side: --reference-tcmalloc: no tcmalloc library found", file=sys.stderr)
+            return 2
+        cases = [x for b, c in cases for x in ([(b, c), (b, c + "+tcmalloc")] if c.startswith("reference/") else [(b, c)])]
     if args.size != "full" and ("deepcam", "reference/pytorch") in cases:
         # upstream's decoder is fixed to 768 x 1152 inputs: mlcommons/hpc 2c627d45
         # deepcam/src/deepCam/architecture/deeplab_xception.py:445 tiles (1, 1, 48, 72)
         print("side_by_side: deepcam reference/pytorch runs at --size full only (upstream's decoder "
               "is fixed to 768x1152)", file=sys.stderr)
-        cases.remove(("deepcam", "reference/pytorch"))
+        cases = [(b, c) for b, c in cases if not (b == "deepcam" and c.startswith("reference/"))]
     load1 = os.getloadavg()[0]
     versions = {"torch": torch.__version__}
     try:
@@ -330,13 +349,20 @@ def main(argv=None) -> int:
     seconds: dict[tuple[str, str], list[float]] = {c: [] for c in cases}
     meta: dict[tuple[str, str], dict] = {}
     env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+
+    def case_env(c: str) -> dict:
+        """The kit's cases run with the allocator `hpckit train` picks (tcmalloc when installed)."""
+        if tcmalloc and (c.startswith("kit/") or c.endswith("+tcmalloc")):
+            return {**env, "LD_PRELOAD": tcmalloc, memory.PRELOADED: tcmalloc,
+                    "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 62)}
+        return env
     for r in range(args.rounds):
         for b, c in cases:
             cmd = [sys.executable, __file__, "--child", f"{b}:{c}", "--size", args.size, "--steps",
                    str(args.steps), "--warmup", str(args.warmup),
                    *(["--reference", args.reference] if args.reference else []),
                    *(x for kv in sets[b] for x in ("--kit-set", f"{b}:{kv}"))]
-            proc = subprocess.run(cmd, capture_output=True, text=True, env=env)
+            proc = subprocess.run(cmd, capture_output=True, text=True, env=case_env(c))
             lines = [l for l in proc.stdout.splitlines() if l.startswith("RESULT ")]
             if proc.returncode != 0 or not lines:
                 tail = (proc.stderr.strip().splitlines() or ["no output"])[-1]
@@ -352,17 +378,19 @@ def main(argv=None) -> int:
         s = statistics.median(seconds[(b, c)])
         batch = meta[(b, c)]["batch"]
         gflops = flops[b] * batch / s / 1e9
+        # against the reference as published: its code and the stack's default allocator
         ref = [statistics.median(seconds[(b, rc)]) for rc in CASES[b] if rc.startswith("reference/") and (b, rc) in seconds]
         ratio = ref[0] / s if ref else None
         fig = {"benchmark": b, "case": c, "seconds_per_step": s, "samples_per_s": batch / s,
                "gflop_per_s": gflops, "fraction_of_fp32_peak": gflops / peaks["fp32"],
                "speedup_vs_reference": ratio, "threads": meta[(b, c)]["threads"],
+               "allocator": meta[(b, c)]["allocator"],
                "spread": (max(seconds[(b, c)]) - min(seconds[(b, c)])) / s}
         figures.append(fig)
         print(f"{b} {c} s/step={s:.3f} samples/s={batch / s:.3f} GFLOP/s={gflops:.1f} "
               f"peak_fraction={gflops / peaks['fp32']:.2f} "
               f"vs_reference={'%.2fx' % ratio if ratio else 'n/a'} "
-              f"(threads {fig['threads']}, rounds spread {fig['spread'] * 100:.0f}%)", flush=True)
+              f"(threads {fig['threads']}, {fig['allocator']}, rounds spread {fig['spread'] * 100:.0f}%)", flush=True)
     if args.json:
         from hpckit.common.fileio import atomic_path
         with atomic_path(Path(args.json)) as tmp:

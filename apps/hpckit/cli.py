@@ -97,6 +97,9 @@ def build_parser() -> argparse.ArgumentParser:
                         "(config key train.deterministic; the regression checks use it)")
     p.add_argument("--seed", type=seed_value, default=None, help="default: derived from the clock, logged")
     p.add_argument("--threads", type=positive_int, default=None, help="intra-op threads (default: all cores)")
+    p.add_argument("--allocator", choices=("auto", "tcmalloc", "glibc"), default="auto",
+                   help="memory allocator of the training process: tcmalloc (preloaded; auto: when installed, "
+                        "else glibc with fixed thresholds), logged (common/memory.py)")
     p.add_argument("--dist", choices=DIST_CHOICES, default="auto",
                    help="communicator for several ranks: auto (torch for PyTorch, tf for TensorFlow; none "
                         "for one rank), torch, tf, horovod, none")
@@ -136,6 +139,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
+    if getattr(args, "allocator", None) is not None:
+        from hpckit.common import memory
+        try:   # before anything else: the training restarts itself with tcmalloc preloaded
+            memory.reexec_with_tcmalloc(sys.argv[1:] if argv is None else list(argv), args.allocator)
+        except KitError as e:
+            print(f"hpckit {args.command}: error: {e}", file=sys.stderr)
+            return EXIT_USAGE
     try:
         if args.command == "check":
             from hpckit.common.compliance import main_check

@@ -58,7 +58,8 @@ class Target:
 
 
 _ENV = (("PATH", f"{VENV}/bin:$PATH"), ("PYTHONUNBUFFERED", "1"), ("LC_ALL", "C.UTF-8"))
-_APT = ("python3", "python3-venv", "ca-certificates")
+_APT = ("python3", "python3-venv", "ca-certificates",
+        "libtcmalloc-minimal4")   # the training's allocator (common/memory.py)
 
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target(
