@@ -149,3 +149,22 @@ def test_tuned_allocator_keeps_a_16_mib_block_on_the_heap(mode, where):
     assert proc.stdout.strip() == where
     if mode == "tuned":
         assert proc.stderr.startswith("glibc mmap_threshold=32MiB")
+
+
+@pytest.mark.parametrize("choice", ["auto", "tcmalloc", "glibc"])
+def test_allocator_restart_keeps_the_command_line_and_one_line_errors(tmp_path, choice):
+    """The restarted training (tcmalloc preloaded) sees the same arguments: a missing data
+    directory is still one line naming it, exit 2; without tcmalloc `--allocator tcmalloc`
+    is one line naming the option."""
+    from hpckit.common import memory
+    missing = tmp_path / "no-such-data"
+    proc = subprocess.run([sys.executable, "-m", "hpckit", "train", "cosmoflow", "--data", str(missing),
+                           "--output-dir", str(tmp_path / "out"), "--allocator", choice],
+                          capture_output=True, text=True, timeout=120, cwd=tmp_path,
+                          env={**os.environ, "PYTHONPATH": str(REPO / "apps")})
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr
+    if choice == "tcmalloc" and memory.find_tcmalloc() is None:
+        assert "--allocator tcmalloc" in lines[0]
+    else:
+        assert str(missing) in lines[0]
