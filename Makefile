@@ -8,7 +8,7 @@ STAMP  := $(VENV)/.hpckit-stack
 PIP    := $(BIN)/pip install --quiet --disable-pip-version-check
 CONSTRAINTS := -c requirements/constraints-cpu.txt
 
-.PHONY: run test venv calibrate
+.PHONY: run test venv calibrate compare
 run: $(STAMP)
 	$(BIN)/reframe -C site_profiles/local/settings.py -c reframe_checks/ -r
 
@@ -29,6 +29,15 @@ calibrate: $(STAMP)
 	done
 	$(BIN)/hpckit references calibrate --perflog "$(CALIBRATION)/perflogs" --floor $(FLOOR) $(if $(REPLACE),--replace) \
 	    --out "site_profiles/$(PROFILE)/calibrated/$$($(BIN)/python -c 'from hpckit.common.cores import machine_key; print(machine_key())')/references.yaml"
+
+# The change of every performance variable, by ReFrame's own --performance-compare over its
+# results database (every `make run` is stored in ~/.reframe/reports/results.db): the last
+# hour's runs against the 30 days before, medians; pdiff = (new - old) / old. COMPARE takes
+# any ReFrame spec, e.g. NEW_UUID/OLD_UUID/median:/ with UUIDs from
+# `reframe -C site_profiles/local/settings.py --list-stored-sessions`.
+COMPARE ?= now-1h:now/now-30d:now-1h/median:/
+compare: $(STAMP)
+	$(BIN)/reframe -C site_profiles/$(PROFILE)/settings.py --performance-compare='$(COMPARE)'
 
 test: $(STAMP)
 	$(BIN)/python -m pytest tests

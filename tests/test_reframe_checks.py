@@ -302,13 +302,26 @@ def test_calibrated_references_catch_throttled_storage(tmp_path):
         bps = max(1 << 20, int(nbytes / 8))   # staging the whole dataset: ~8 s
         (group / knob).write_text(fmt.format(dev=f'{os.major(st.st_rdev)}:{os.minor(st.st_rdev)}', bps=bps) + '\n')
         join = ('sh', '-c', f'echo $$ > {group / "cgroup.procs"} && exec "$@"', 'sh')
-        rc, out = reframe(tmp_path / 'throttled', *args, env={'RFM_REFERENCE_PREFIX': str(refs.parent)},
+        # the same HOME as the healthy run: one ReFrame results database holds both sessions
+        home = str(tmp_path / 'healthy' / 'home')
+        rc, out = reframe(tmp_path / 'throttled', *args, env={'RFM_REFERENCE_PREFIX': str(refs.parent), 'HOME': home},
                           timeout=TRAINING_TIMEOUT_S, wrapper=join)
         assert rc != 0, out
         records = perflog_records(tmp_path / 'throttled')
         staging = records[('CosmoFlowCheck', 'pytorch', 'staging_time')]
         assert staging[2] == 'fail', records
         assert staging[0] > 4 * healthy, (healthy, staging)
+        # ReFrame's own view of the change (`make compare`): --performance-compare of the
+        # throttled session against the healthy one, from its results database
+        uuid = {d: json.loads((tmp_path / d / 'report.json').read_text())['session_info']['uuid']
+                for d in ('healthy', 'throttled')}
+        rc, cmp_out = reframe(tmp_path / 'compare', f'--performance-compare={uuid["throttled"]}/{uuid["healthy"]}/median:/',
+                              env={'HOME': home})
+        assert rc == 0, cmp_out
+        row = next(line for line in cmp_out.splitlines() if 'CosmoFlowCheck' in line and 'staging_time' in line)
+        cells = [c.strip() for c in row.split('│') if c.strip()]
+        new_s, old_s, pdiff = float(cells[-3]), float(cells[-2]), float(cells[-1])
+        assert (new_s, old_s) == pytest.approx((staging[0], healthy), rel=1e-3) and pdiff > 300, row
         print(f'throttled storage ({nbytes / 1e6:.0f} MB dataset, reads capped at {bps / 1e6:.1f} MB/s): '
               f'staging_time {staging[0]:.2f} s against the reference {staging[3]:.2f} s (healthy run '
               f'{healthy:.2f} s): {staging[2]}; time_to_train '
