@@ -168,3 +168,19 @@ def test_allocator_restart_keeps_the_command_line_and_one_line_errors(tmp_path, 
         assert "--allocator tcmalloc" in lines[0]
     else:
         assert str(missing) in lines[0]
+
+
+def test_tcmalloc_of_a_spack_view_or_module_is_found(tmp_path, monkeypatch):
+    """A tcmalloc on LD_LIBRARY_PATH (a Spack view, a module) is preferred to the system's."""
+    import ctypes.util
+    from hpckit.common import memory
+    system = ctypes.util.find_library("tcmalloc_minimal")
+    if system is None:
+        pytest.skip("no system tcmalloc to link (apt-get install libtcmalloc-minimal4)")
+    real = next(p for d in ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib")
+                for p in [os.path.join(d, system)] if os.path.exists(p))
+    (tmp_path / "libtcmalloc_minimal.so.4").symlink_to(real)
+    monkeypatch.setenv("LD_LIBRARY_PATH", str(tmp_path))
+    assert memory.find_tcmalloc() == str(tmp_path / "libtcmalloc_minimal.so.4")
+    monkeypatch.setenv("LD_LIBRARY_PATH", "")
+    assert memory.find_tcmalloc() == system

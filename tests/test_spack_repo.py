@@ -30,7 +30,7 @@ KNOWN_BUILTIN = {
     "py-tensorflow", "py-horovod", "py-pandas", "py-scipy", "py-hatchling", "py-archspec",
     "py-argcomplete", "py-clustershell", "py-fasteners", "py-jinja2", "py-jsonschema",
     "py-lxml", "py-requests", "py-semver", "py-tabulate", "py-polars", "py-pygelf",
-    "cuda", "cudnn", "nccl", "openmpi", "mpich", "cray-mpich", "glibc",
+    "cuda", "cudnn", "nccl", "openmpi", "mpich", "cray-mpich", "glibc", "gperftools",
 }
 # the kit builds from its own checkout: git versions on a branch are allowed only here
 BRANCH_VERSIONS_OK = {"py-mlperf-hpc-kit"}

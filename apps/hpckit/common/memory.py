@@ -46,9 +46,17 @@ TCMALLOC_NAMES = ("tcmalloc_minimal", "tcmalloc")
 
 
 def find_tcmalloc() -> str | None:
-    """The soname of an installed tcmalloc (gperftools; Debian libtcmalloc-minimal4)."""
+    """An installed tcmalloc (gperftools): a library of this Python's prefix or of
+    LD_LIBRARY_PATH (a Spack view or module), else the system's (Debian
+    libtcmalloc-minimal4), by soname."""
     import ctypes.util
+    from pathlib import Path
+    dirs = [Path(sys.prefix) / "lib", *(Path(d) for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d)]
     for name in TCMALLOC_NAMES:
+        for d in dirs:
+            found = sorted(d.glob(f"lib{name}.so*")) if d.is_dir() else []
+            if found:
+                return str(found[0])
         lib = ctypes.util.find_library(name)
         if lib:
             return lib
