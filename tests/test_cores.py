@@ -85,7 +85,9 @@ def probe(cmd: list[str]) -> list[dict]:
     proc = subprocess.run([*cmd, sys.executable, "-c", PROBE], capture_output=True, text=True,
                           timeout=120, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stdout + proc.stderr
-    lines = [json.loads(l[6:]) for l in proc.stdout.splitlines() if l.startswith("PROBE ")]
+    # the ranks share one stdout pipe: their lines can arrive glued together
+    decoder = json.JSONDecoder()
+    lines = [decoder.raw_decode(part)[0] for part in proc.stdout.split("PROBE ")[1:]]
     return sorted(lines, key=lambda d: d["rank"])
 
 
