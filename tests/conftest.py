@@ -109,8 +109,8 @@ def run_reframe(tmp_path: Path, settings: str, *args, timeout=120, env=None, wra
     """ReFrame from the repository root, everything it writes under tmp_path."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RFM_")}
     full_env.update(HOME=str(tmp_path / "home"), RFM_PREFIX=str(tmp_path / "rfm"),
-                    RFM_REPORT_FILE=str(tmp_path / "report.json"), RFM_COLORIZE="n", TMPDIR=str(tmp_path),
-                    **(env or {}))
+                    RFM_REPORT_FILE=str(tmp_path / "report.json"), RFM_COLORIZE="n", TMPDIR=str(tmp_path))
+    full_env.update(env or {})
     (tmp_path / "home").mkdir(parents=True, exist_ok=True)
     reframe = Path(sys.executable).parent / "reframe"
     proc = subprocess.run([*wrapper, str(reframe), "-C", settings, "-c", "reframe_checks/", *args], cwd=REPO,

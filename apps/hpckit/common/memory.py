@@ -79,12 +79,15 @@ def reexec_with_tcmalloc(argv: list[str], choice: str) -> None:
     env["LD_PRELOAD"] = " ".join(v for v in (lib, env.get("LD_PRELOAD", "")) if v)
     env[PRELOADED] = lib
     env.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 62))   # no stderr line per big block
-    # the same interpreter and import path as this process (sys.path[0]: the console
-    # script's directory, or the working directory of `python -m hpckit`)
-    code = f"import sys; sys.path[0] = {sys.path[0]!r}; from hpckit.cli import main; sys.exit(main())"
+    # the same interpreter and import path as this process, and a command line that still
+    # reads `python -m hpckit ...`: run as `python -m hpckit` (sys.path[0] is the working
+    # directory) it restarts the same way; run as the console script (sys.path[0] is its
+    # bin directory, nothing to import there) with -P, so the working directory (a stage
+    # or data directory) is not put on the import path
+    from_cwd = os.path.realpath(sys.path[0] or ".") == os.path.realpath(os.getcwd())
     sys.stdout.flush()
     sys.stderr.flush()
-    os.execve(sys.executable, [sys.executable, "-c", code, *argv], env)
+    os.execve(sys.executable, [sys.executable, *([] if from_cwd else ["-P"]), "-m", "hpckit", *argv], env)
 
 
 def _mapped(fragment: str) -> bool:
