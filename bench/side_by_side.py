@@ -298,8 +298,8 @@ def main(argv=None) -> int:
         bench, case = args.child.split(":", 1)
         result = run_case(bench, case.removesuffix("+tcmalloc"), args.size, args.steps, args.warmup,
                           args.reference, sets[bench])
-        from hpckit.common.memory import _mapped
-        result["allocator"] = "tcmalloc" if _mapped("libtcmalloc") else "glibc"
+        from hpckit.common.memory import tcmalloc_loaded
+        result["allocator"] = "tcmalloc" if tcmalloc_loaded() else "glibc"
         print("RESULT " + json.dumps(result), flush=True)
         return 0
 

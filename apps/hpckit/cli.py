@@ -139,14 +139,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    if getattr(args, "allocator", None) is not None:
-        from hpckit.common import memory
-        try:   # before anything else: the training restarts itself with tcmalloc preloaded
-            memory.reexec_with_tcmalloc(sys.argv[1:] if argv is None else list(argv), args.allocator)
-        except KitError as e:
-            print(f"hpckit {args.command}: error: {e}", file=sys.stderr)
-            return EXIT_USAGE
     try:
+        if getattr(args, "allocator", None) is not None:
+            # before anything else: the training restarts itself with tcmalloc preloaded
+            from hpckit.common import memory
+            memory.reexec_with_tcmalloc(sys.argv[1:] if argv is None else list(argv), args.allocator)
         if args.command == "check":
             from hpckit.common.compliance import main_check
             return main_check(args)

@@ -37,7 +37,7 @@ def require(nbytes: float, what: str) -> None:
 # fresh mmap and unmaps it on free, so each step page-faults and zeroes those blocks
 # again: on the 2-core development VM the full-size steps spent about as long in the
 # kernel as in the convolutions. tcmalloc keeps freed memory for reuse. Measured with
-# bench/side_by_side.py's cases (bench/README "Allocator"), seconds per step, fp32:
+# bench/side_by_side.py --reference-tcmalloc (bench/README "side_by_side.py"), seconds per step, fp32:
 # DeepCAM 768x1152 batch 1: kit 13.6 -> 7.4, the reference's own code 14.7 -> 7.2;
 # CosmoFlow 128^3 batch 4 PyTorch 4.0-5.1 -> 2.2-2.3; TensorFlow unchanged (1.9-2.6 either way).
 
@@ -90,10 +90,11 @@ def reexec_with_tcmalloc(argv: list[str], choice: str) -> None:
     os.execve(sys.executable, [sys.executable, *([] if from_cwd else ["-P"]), "-m", "hpckit", *argv], env)
 
 
-def _mapped(fragment: str) -> bool:
+def tcmalloc_loaded() -> bool:
+    """tcmalloc is mapped into this process (preloaded)."""
     try:
         with open("/proc/self/maps") as f:
-            return any(fragment in line for line in f)
+            return any("libtcmalloc" in line for line in f)
     except OSError:
         return False
 
@@ -115,7 +116,7 @@ def tune_allocator() -> str:
     batches of the mini CosmoFlow PyTorch model took 253-311 ms as glibc left it, 97-170 ms
     tuned; DeepCAM's mini model 156-326 ms (whole processes in the slow mode), 156-196 ms.
     Blocks above 32 MiB (glibc's limit for the threshold) are still mapped per use."""
-    if _mapped("libtcmalloc"):
+    if tcmalloc_loaded():
         return f"tcmalloc ({os.environ.get(PRELOADED) or 'preloaded'})"
     try:
         import ctypes
