@@ -56,7 +56,8 @@ def test_side_by_side_prints_every_figure(tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     lines = proc.stdout.splitlines()
     assert lines[0].startswith("side_by_side host=") and " flags=" in lines[0], lines[0]
-    assert re.fullmatch(rf"matmul_peak fp32_GFLOP/s={NUMBER}( bf16_GFLOP/s={NUMBER})?", lines[1]), lines[1]
+    assert re.fullmatch(rf"gemm_peak fp32 torch.matmul={NUMBER} GFLOP/s 1x1_conv\(oneDNN\)={NUMBER} GFLOP/s "
+                        rf"-> peak {NUMBER}", lines[1]), lines[1]
     for bench, case in (("cosmoflow", "kit/tensorflow"), ("cosmoflow", "kit/pytorch"), ("deepcam", "kit/pytorch")):
         pattern = (rf"{bench} {case} s/step={NUMBER} samples/s={NUMBER} GFLOP/s={NUMBER} "
                    rf"peak_fraction={NUMBER} vs_reference=n/a \(threads \d+, .*\)")
@@ -83,3 +84,37 @@ def test_pass_stability_prints_every_figure():
         m = re.fullmatch(rf"case={re.escape(case)} ms_median={NUMBER} ms_min={NUMBER} ms_max={NUMBER} "
                          rf"max/min={NUMBER}  passes: {NUMBER} {NUMBER}", line)
         assert m and all(float(v) > 0 for v in m.groups()), line
+
+
+def test_conv_efficiency_prints_every_figure(tmp_path):
+    """Per-layer convolution rates of both kit models at the small size (fp32: every CPU has
+    it); the convolutions' FLOPs, summed from their shapes, must be the model's as torch's
+    FlopCounterMode counts them (a wrong formula or a missed layer kind shows here)."""
+    out_json = tmp_path / "conv.json"
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run(
+        [sys.executable, str(REPO / "bench" / "conv_efficiency.py"), "--size", "small", "--precisions", "fp32",
+         "--reps", "1", "--top", "2", "--json", str(out_json)],
+        capture_output=True, text=True, timeout=600, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("conv_efficiency cpu=") and " flags=" in lines[0] and " allocator=" in lines[0], lines[0]
+    assert re.fullmatch(rf"gemm_peak fp32 torch.matmul={NUMBER} GFLOP/s 1x1_conv\(oneDNN\)={NUMBER} GFLOP/s "
+                        rf"-> peak {NUMBER}", lines[1]), lines[1]
+    for bench in ("cosmoflow", "deepcam"):
+        heads = [line for line in lines if line.startswith(f"{bench} fp32 batch=")]
+        assert len(heads) == 1, proc.stdout
+        assert re.search(rf"step_s={NUMBER} convolutions_s={NUMBER} \({NUMBER}% of the step\) "
+                         rf"conv_GFLOP={NUMBER} counted_GFLOP={NUMBER} ", heads[0]), heads[0]
+        i = lines.index(heads[0])
+        assert all(re.fullmatch(rf"  \S+->\d+ k\d.* x\d+: forward {NUMBER} ms {NUMBER} GFLOP/s \({NUMBER}\), "
+                                rf"backward {NUMBER} ms {NUMBER} GFLOP/s \({NUMBER}\)", line)
+                   for line in lines[i + 1:i + 3]), lines[i + 1:i + 3]
+    saved = json.loads(out_json.read_text())
+    by = {r["benchmark"]: r for r in saved["results"]}
+    assert len(by["cosmoflow"]["layers"]) == 5
+    assert any("transposed" in t["layer"] for t in by["deepcam"]["layers"])
+    assert any("(no dx)" in t["layer"] for t in by["cosmoflow"]["layers"])
+    for r in by.values():
+        assert abs(r["conv_gflop"] - r["counted_gflop"]) <= 0.01 * r["counted_gflop"], r
+        assert r["step_s"] > 0 and r["convolutions_s"] > 0
