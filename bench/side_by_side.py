@@ -2,19 +2,22 @@
 """The kit's training step against the MLCommons reference's, side by side, in one run.
 
     bench/side_by_side.py --reference ~/src/mlcommons-hpc [--size full|small]
-                          [--benchmarks cosmoflow,deepcam] [--rounds 3] [--steps 2] [--warmup 1]
+                          [--benchmarks cosmoflow,deepcam] [--rounds 3] [--steps 3] [--warmup 2]
                           [--kit-set cosmoflow:key=value ...] [--json FILE]
 
 --reference names the user's own clone of mlcommons/hpc (nothing of it is in this
 project); without it only the kit's cases run and no ratio is printed. One training step
 is forward, loss, backward and optimizer update on random in-memory data at the
 benchmark's local batch (no data loading: bench/cosmoflow_throughput.py and the mini-run
-breakdown measure that), after --warmup untimed steps (tracing, allocator warm-up).
+breakdown measure that), after --warmup untimed steps (tracing, allocator warm-up: at
+full size the first two steps are slow, e.g. 6.5, 2.5, then 1.9 s for the kit's PyTorch
+CosmoFlow, so a one-step warm-up inflated every figure before 2026-11-24's last run).
 
 Cases, each in a fresh process so that no framework's thread pool or allocator state
 carries over, run interleaved: round 1 of every case, then round 2, ... so a change of the
-machine's speed during the run hits every case alike. A case's figure is the median over
-rounds of its mean step time.
+machine's speed during the run hits every case alike. Every step is timed alone; a case's
+figure is the median over rounds of its median step (a shared VM's odd slow step, 3.4 s
+among 1.9 s ones, moves neither).
 
 The kit's cases run with the allocator `hpckit train` uses (tcmalloc preloaded when it is
 installed, common/memory.py); the reference cases with the stack's default (glibc), and
@@ -128,11 +131,12 @@ def run_case(benchmark: str, case: str, size: str, steps: int, warmup: int, refe
     timings: list[float] = []
 
     def timed(step_fn):
-        for _ in range(warmup):
+        # every step timed alone (the kit's cases: one train_epoch call of one batch, which
+        # for DeepCAM adds the last batch's IoU, ~1 % of its step); warm-up steps printed
+        for _ in range(warmup + steps):
+            t0 = time.perf_counter()
             step_fn(1)
-        t0 = time.perf_counter()
-        step_fn(steps)
-        timings.append((time.perf_counter() - t0) / steps)
+            timings.append(time.perf_counter() - t0)
 
     if benchmark == "cosmoflow":
         x = np.log1p(rng.poisson(3.0, (batch, shape, shape, shape, N_CHANNELS_COSMO))).astype(np.float32)
@@ -179,7 +183,8 @@ def run_case(benchmark: str, case: str, size: str, steps: int, warmup: int, refe
             trainer = Trainer(cfg, launched)
             timed(lambda n: trainer.train_epoch([(xb, yb)] * n))
             threads = launched.cores.threads
-    return {"seconds_per_step": timings[0], "batch": batch, "threads": threads}
+    return {"seconds_per_step": statistics.median(timings[warmup:]), "warmup_s": timings[:warmup],
+            "steps_s": timings[warmup:], "batch": batch, "threads": threads}
 
 
 def case_sets(case: str) -> list[str]:
@@ -323,8 +328,10 @@ def main(argv=None) -> int:
     p.add_argument("--benchmarks", default="cosmoflow,deepcam")
     p.add_argument("--size", choices=tuple(SHAPES), default="full")
     p.add_argument("--rounds", type=int, default=3)
-    p.add_argument("--steps", type=int, default=2, help="timed steps per case and round")
-    p.add_argument("--warmup", type=int, default=1)
+    p.add_argument("--steps", type=int, default=3, help="timed steps per case and round")
+    p.add_argument("--warmup", type=int, default=2,
+                   help="untimed steps first (the full-size PyTorch CosmoFlow step took 6.5, 2.5, then 1.9 s: "
+                        "two are needed)")
     p.add_argument("--kit-set", action="append", default=[], metavar="BENCH:KEY=VALUE")
     p.add_argument("--bf16", action="store_true", help="also every kit case with train.precision=bf16 "
                    "(mixed precision; CPUs with bf16 instructions)")
@@ -420,7 +427,9 @@ def main(argv=None) -> int:
             res = json.loads(lines[-1][7:])
             seconds[(b, c)].append(res["seconds_per_step"])
             meta[(b, c)] = res
-            print(f"  round {r + 1} {b} {c}: {res['seconds_per_step']:.3f} s/step", file=sys.stderr, flush=True)
+            print(f"  round {r + 1} {b} {c}: {res['seconds_per_step']:.3f} s/step, median of "
+                  f"{' '.join('%.2f' % w for w in res['steps_s'])} (warm-up "
+                  f"{' '.join('%.2f' % w for w in res['warmup_s']) or 'none'})", file=sys.stderr, flush=True)
 
     figures = []
     for b, c in cases:

@@ -16,7 +16,7 @@ from conftest import PUBLISHED_V2, assert_published_event_order, run_hpckit
 from mini_runs import deepcam_mini_runs
 from hpckit.common.config import load_config
 from hpckit.deepcam import data
-from hpckit.deepcam.train import iou_per_sample
+from hpckit.deepcam.train import iou_per_sample, predicted_classes
 
 TINY = ["--set", "data.n_train=8", "--set", "data.n_valid=4", "--set", "train.n_epochs=1"]
 
@@ -31,6 +31,17 @@ def dc_data(tmp_path_factory):
 def mllog(path):
     return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in path.read_text().splitlines()
             if ":::MLLOG " in line]
+
+
+def test_predicted_classes_is_argmax_over_classes():
+    """The channels-last argmax the kit takes for speed picks what logits.argmax(1) picks:
+    the first maximum on ties, NaN as the maximum."""
+    logits = torch.randn(2, 3, 5, 7)
+    logits[0, :, 0, 0] = 0.25                 # a three-way tie: class 0
+    logits[1, 1:, 2, 3] = 4.0                 # a tie of classes 1 and 2: class 1
+    logits[1, 2, 4, 6] = float("nan")
+    assert torch.equal(predicted_classes(logits), logits.argmax(1))
+    assert predicted_classes(logits)[0, 0, 0] == 0 and predicted_classes(logits)[1, 2, 3] == 1
 
 
 def test_iou_semantics():

@@ -50,6 +50,14 @@ def weighted_cross_entropy(logits: torch.Tensor, labels: torch.Tensor, weights: 
     return torch.nn.functional.cross_entropy(logits, labels, weight=weights, reduction="none").mean()
 
 
+def predicted_classes(logits: torch.Tensor) -> torch.Tensor:
+    """argmax over the class dimension of (N, C, H, W) logits, the first maximum on ties, as
+    logits.argmax(1); taken over a channels-last copy because torch's CPU argmax over a
+    strided dimension is slow: 127 ms against 16 ms for two 3 x 768 x 1152 samples
+    (2-core AMD EPYC, torch 2.13), 2 % of a full-size training step and more of an eval."""
+    return logits.permute(0, 2, 3, 1).contiguous().argmax(-1)
+
+
 def iou_per_sample(pred: torch.Tensor, labels: torch.Tensor, n_classes: int) -> torch.Tensor:
     """Mean IoU over classes for each sample; a class absent from both counts as 1 (upstream)."""
     p, g = pred.reshape(pred.shape[0], -1), labels.reshape(labels.shape[0], -1)
@@ -140,7 +148,7 @@ class Trainer:
             n += x.shape[0]
             self.steps += 1
         if loss is not None:
-            iou = iou_per_sample(logits.detach().argmax(1), y, self.cfg["model"]["n_classes"]).mean().item()
+            iou = iou_per_sample(predicted_classes(logits.detach()), y, self.cfg["model"]["n_classes"]).mean().item()
             self.last_train = (lr, float(loss.detach()), iou)
         return n
 
@@ -163,7 +171,7 @@ class Trainer:
                     logits = self.model(x)
                 loss += weighted_cross_entropy(logits.float(), y, self.weights).item()
                 batches_seen += 1
-                total += iou_per_sample(logits.argmax(1), y, self.cfg["model"]["n_classes"]).sum().item()
+                total += iou_per_sample(predicted_classes(logits), y, self.cfg["model"]["n_classes"]).sum().item()
                 n += x.shape[0]
         return total, n, loss, batches_seen
 
