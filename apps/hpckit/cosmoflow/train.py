@@ -249,11 +249,12 @@ def _diagnosed(batches, split: data.SplitFiles, cfg: dict):
 # ---------------------------------------------------------------- the run
 
 def choose_framework(requested: str, device: str = "auto") -> str:
-    """`--framework auto` (the default): the faster CosmoFlow path for this machine, from
+    """`--framework auto` (the default): the CosmoFlow path for this machine, from
     bench/side_by_side.py (README "Speed on CPUs"): TensorFlow on x86 CPUs with AVX-512
-    (its 3D convolutions ran 1.7x PyTorch's at 128^3), PyTorch elsewhere (2.4x the
-    reference's TensorFlow on an AVX2-only EPYC; unmeasured on Arm) and on GPUs (the kit's
-    GPU path: CUDA, NCCL). The chosen framework is logged (hpckit_config.framework)."""
+    (as fast as PyTorch with tcmalloc, 1.96 s a full-size step both, and twice as fast
+    where tcmalloc is missing: its own allocator), PyTorch elsewhere (2.4x the reference's
+    TensorFlow on an AVX2-only EPYC; unmeasured on Arm) and on GPUs (the kit's GPU path:
+    CUDA, NCCL). The chosen framework is logged (hpckit_config.framework)."""
     if requested != "auto":
         return requested
     gpu = device == "cuda" or (device == "auto" and Path("/proc/driver/nvidia/gpus").is_dir()
