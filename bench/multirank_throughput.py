@@ -39,10 +39,17 @@ def hpckit(*args) -> list[str]:
     return [sys.executable, "-m", "hpckit", *map(str, args)]
 
 
-def run(cmd, env) -> None:
+class RunFailed(Exception):
+    pass
+
+
+def run(cmd, env, log: Path) -> None:
+    """Run one command, its whole stdout and stderr kept in `log`."""
     proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True)
+    log.write_text(f"$ {' '.join(map(str, cmd))}\n--- stdout\n{proc.stdout}\n--- stderr\n{proc.stderr}")
     if proc.returncode not in (0, 3):   # 3: trained to the end; the target is set out of reach here
-        sys.exit(f"failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{proc.stdout[-2000:]}\n{proc.stderr[-2000:]}")
+        raise RunFailed(f"failed ({proc.returncode}): {' '.join(map(str, cmd))}\n{proc.stdout[-2000:]}\n"
+                        f"{proc.stderr[-2000:]}")
 
 
 def main() -> int:
@@ -86,39 +93,49 @@ def main() -> int:
         for bench in gen_args:
             gen_args[bench] += ["--train", n_train, "--valid", n_valid]
             sets[bench] += ["--set", f"data.n_train={n_train}", "--set", f"data.n_valid={n_valid}"]
-    with tempfile.TemporaryDirectory(dir=args.workdir) as tmp:
-        tmp = Path(tmp)
-        data = {}
-        for case in args.cases.split(","):
-            bench, framework = case.split("/")
-            if bench not in data:
-                data[bench] = tmp / bench
-                run(hpckit("datagen", bench, "--config", "mini", "--out", data[bench], "--seed", "7", *gen_args[bench]),
-                    env)
-            rates = {}
-            for ranks in (1, args.ranks):
-                out = tmp / f"{bench}-{framework}-{ranks}"
-                train = ["train", bench, "--data", data[bench], "--config", "mini", "--framework", framework,
-                         "--output-dir", out, "--seed", "1", "--set", f"train.n_epochs={args.epochs}",
-                         "--set", UNREACHABLE[bench], "--set", f"data.batch_size={MINI_BATCH // ranks}", *sets[bench]]
-                if args.threads:
-                    train += ["--threads", args.threads if ranks == 1 else per_rank_threads]
-                if ranks == 1:
-                    cmd = hpckit(*train)
-                elif args.launcher == "mpirun":
-                    cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none", "-x", "PATH",
-                           "-x", "TF_CPP_MIN_LOG_LEVEL", *hpckit(*train)]
-                else:
-                    cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
-                           "--max-restarts", "0", *hpckit(*train)[1:]]
-                run(cmd, env)
-                s = json.loads((out / "summary.json").read_text())
-                epoch_s = s["epochs"] and (s["time_to_train_s"] - s["staging_s"]) / s["epochs"]
-                rates[ranks] = s["train_samples_per_s"]
-                print(f"{case:<22} {s['ranks']:>5} {s['launcher']:<9} {s['global_batch_size']:>4} "
-                      f"{s['train_samples_per_s']:>9.1f} {s['eval_samples_per_s']:>9.1f} {epoch_s:>8.1f}")
-            print(f"{case:<22} ratio {args.ranks}-rank/1-rank train samples/s = {rates[args.ranks] / rates[1]:.2f}")
+    # a failed run keeps everything (datasets, the runs' outputs and logs) for a post-mortem;
+    # a successful bench removes its directory
+    tmp = Path(tempfile.mkdtemp(prefix="multirank-", dir=args.workdir))
+    try:
+        run_cases(args, tmp, env, gen_args, sets, per_rank_threads)
+    except RunFailed as e:
+        print(f"{e}\nmultirank_throughput: kept {tmp} (every run's output directory and log)", file=sys.stderr)
+        return 1
+    shutil.rmtree(tmp)
     return 0
+
+
+def run_cases(args, tmp: Path, env, gen_args, sets, per_rank_threads) -> None:
+    data = {}
+    for case in args.cases.split(","):
+        bench, framework = case.split("/")
+        if bench not in data:
+            data[bench] = tmp / bench
+            run(hpckit("datagen", bench, "--config", "mini", "--out", data[bench], "--seed", "7", *gen_args[bench]),
+                env, tmp / f"datagen-{bench}.log")
+        rates = {}
+        for ranks in (1, args.ranks):
+            out = tmp / f"{bench}-{framework}-{ranks}"
+            train = ["train", bench, "--data", data[bench], "--config", "mini", "--framework", framework,
+                     "--output-dir", out, "--seed", "1", "--set", f"train.n_epochs={args.epochs}",
+                     "--set", UNREACHABLE[bench], "--set", f"data.batch_size={MINI_BATCH // ranks}", *sets[bench]]
+            if args.threads:
+                train += ["--threads", args.threads if ranks == 1 else per_rank_threads]
+            if ranks == 1:
+                cmd = hpckit(*train)
+            elif args.launcher == "mpirun":
+                cmd = ["mpirun", "-np", str(ranks), "--oversubscribe", "--bind-to", "none", "-x", "PATH",
+                       "-x", "TF_CPP_MIN_LOG_LEVEL", *hpckit(*train)]
+            else:
+                cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", str(ranks),
+                       "--max-restarts", "0", *hpckit(*train)[1:]]
+            run(cmd, env, tmp / f"{bench}-{framework}-{ranks}.log")
+            s = json.loads((out / "summary.json").read_text())
+            epoch_s = s["epochs"] and (s["time_to_train_s"] - s["staging_s"]) / s["epochs"]
+            rates[ranks] = s["train_samples_per_s"]
+            print(f"{case:<22} {s['ranks']:>5} {s['launcher']:<9} {s['global_batch_size']:>4} "
+                  f"{s['train_samples_per_s']:>9.1f} {s['eval_samples_per_s']:>9.1f} {epoch_s:>8.1f}")
+        print(f"{case:<22} ratio {args.ranks}-rank/1-rank train samples/s = {rates[args.ranks] / rates[1]:.2f}")
 
 
 if __name__ == "__main__":

@@ -118,3 +118,18 @@ def test_conv_efficiency_prints_every_figure(tmp_path):
     for r in by.values():
         assert abs(r["conv_gflop"] - r["counted_gflop"]) <= 0.01 * r["counted_gflop"], r
         assert r["step_s"] > 0 and r["convolutions_s"] > 0
+
+
+def test_multirank_keeps_everything_of_a_failed_run(tmp_path):
+    """A run that fails mid-bench leaves its dataset, output directory and whole log for a
+    post-mortem (a 2-rank abort seen once lost its logs with the bench's temporary directory)."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "multirank_throughput.py"), "--cases", "deepcam/pytorch",
+                           "--epochs", "0", "--workdir", str(tmp_path)],
+                          capture_output=True, text=True, timeout=300, env=env, cwd=REPO)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    kept = [p for p in tmp_path.iterdir() if p.name.startswith("multirank-")]
+    assert len(kept) == 1 and f"kept {kept[0]}" in proc.stderr, proc.stderr[-2000:]
+    log = (kept[0] / "deepcam-pytorch-1.log").read_text()
+    assert "train.n_epochs" in log and "--- stderr" in log
+    assert (kept[0] / "deepcam" / "stats.h5").is_file()

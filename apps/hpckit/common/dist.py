@@ -262,9 +262,18 @@ class TorchComm(Comm):
                                      wait_all_ranks=True)
 
     def wrap_model(self, model, broadcast_buffers: bool = True):
+        import warnings
         from torch.nn.parallel import DistributedDataParallel
         ids = [self.device.index] if self.device.type == "cuda" else None
-        return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=broadcast_buffers)
+        if broadcast_buffers:
+            return DistributedDataParallel(model, device_ids=ids)
+        # DeepCAM keeps rank-local batch-norm statistics between its averagings, as the
+        # reference does; torch 2.13 deprecates broadcast_buffers=False with a FutureWarning
+        # on every rank, but its replacement still syncs buffers at init, and the warning
+        # says to keep using broadcast_buffers=False for rank-local buffers: it is not shown
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
+            return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
 
     def average_tensors(self, tensors) -> None:
         if not tensors:
