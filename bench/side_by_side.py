@@ -43,7 +43,7 @@ the speed-up is the allocator.
 (common/precision.py: mixed precision, offered by the reference as --amp).
 
 The kit's cases use its `reference` config (batch, model, optimizer), with --kit-set
-overrides (e.g. `cosmoflow:train.precision=bf16` once the kit has it), and run through
+overrides (e.g. `cosmoflow:data.batch_size=2`; --bf16 adds the bf16 cases), and run through
 hpckit.common.run.launch, so they get the kit's own thread and core plan.
 
 Printed: a header (host, CPU model and flags, usable CPUs, threads, load average,
