@@ -185,12 +185,11 @@ def main(argv=None) -> int:
               file=sys.stderr)
         return 2
     from hpckit.common import memory
-    if not args.glibc and not memory.tcmalloc_loaded() and memory.find_tcmalloc():
-        # the allocator `hpckit train` runs with (common/memory.py): the step's figure is the kit's
-        lib = memory.find_tcmalloc()
-        os.execve(sys.executable, [sys.executable, __file__, *sys.argv[1:]],
-                  {**os.environ, "LD_PRELOAD": lib, memory.PRELOADED: lib,
-                   "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 62)})
+    # the allocator `hpckit train` runs with (common/memory.py): the step's figure is the kit's
+    lib = None if args.glibc or memory.tcmalloc_loaded() else memory.find_tcmalloc()
+    if lib:
+        os.execve(sys.executable, [sys.executable, __file__, *(sys.argv[1:] if argv is None else argv)],
+                  memory.preload_env(lib, os.environ))
     if not args.glibc:
         memory.tune_allocator()
     import torch

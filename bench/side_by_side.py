@@ -409,8 +409,7 @@ def main(argv=None) -> int:
     def case_env(c: str) -> dict:
         """The kit's cases run with the allocator `hpckit train` picks (tcmalloc when installed)."""
         if tcmalloc and (c.startswith("kit/") or c.endswith("+tcmalloc")):
-            return {**env, "LD_PRELOAD": tcmalloc, memory.PRELOADED: tcmalloc,
-                    "TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD": str(1 << 62)}
+            return memory.preload_env(tcmalloc, env)
         return env
     for r in range(args.rounds):
         for b, c in cases:

@@ -9,7 +9,14 @@ import pytest
 
 from conftest import run_hpckit
 from hpckit.common import precision
+from hpckit.common.config import load_config
 from hpckit.common.errors import KitError
+
+
+def logged_config(log) -> dict:
+    """The hpckit_config event's value in a run's MLPerf log."""
+    return next(json.loads(line.split(":::MLLOG ", 1)[1])["value"] for line in log.read_text().splitlines()
+                if '"hpckit_config"' in line)
 
 
 def test_choices_and_refusals(monkeypatch):
@@ -32,8 +39,7 @@ def test_bf16_run_is_logged(tmp_path):
                       "--set", "train.n_epochs=1", "--set", "train.precision=bf16")
     # one epoch does not reach the target: "ran to the end, missed the target", not bad input
     assert proc.returncode not in (1, 2) and "Traceback" not in proc.stderr, proc.stderr
-    config = next(json.loads(line.split(":::MLLOG ", 1)[1])["value"] for line in (out / "mlperf.log").read_text().splitlines()
-                  if '"hpckit_config"' in line)
+    config = logged_config(out / "mlperf.log")
     assert config["train.precision"] == "bf16"
     assert json.loads((out / "summary.json").read_text())["epochs"] == 1
 
@@ -53,10 +59,8 @@ def test_bf16_trains_to_the_mini_target(tmp_path, benchmark, framework):
     summary = json.loads((out / "summary.json").read_text())
     assert proc.returncode == 0 and summary["converged"] and summary["status"] == "success", \
         (summary, proc.stderr[-2000:])
-    cap = {"deepcam": 20, "cosmoflow": 30}[benchmark]
-    assert summary["epochs"] <= cap // 2, summary
-    config = next(json.loads(line.split(":::MLLOG ", 1)[1])["value"] for line in (out / "mlperf.log").read_text().splitlines()
-                  if '"hpckit_config"' in line)
+    assert summary["epochs"] <= load_config(benchmark, "mini", [])["train"]["n_epochs"] // 2, summary
+    config = logged_config(out / "mlperf.log")
     assert config["train.precision"] == "bf16" and config["framework"] == framework, config
 
 

@@ -37,9 +37,11 @@ def require(nbytes: float, what: str) -> None:
 # fresh mmap and unmaps it on free, so each step page-faults and zeroes those blocks
 # again: on the 2-core development VM the full-size steps spent about as long in the
 # kernel as in the convolutions. tcmalloc keeps freed memory for reuse. Measured with
-# bench/side_by_side.py --reference-tcmalloc (bench/README "side_by_side.py"), seconds per step, fp32:
-# DeepCAM 768x1152 batch 1: kit 13.6 -> 7.4, the reference's own code 14.7 -> 7.2;
-# CosmoFlow 128^3 batch 4 PyTorch 4.0-5.1 -> 2.2-2.3; TensorFlow unchanged (1.9-2.6 either way).
+# bench/side_by_side.py --reference-tcmalloc (bench/README "side_by_side.py", last run:
+# 2-core AMD EPYC, avx512f avx512_bf16, two warm-up steps, median step), seconds per step,
+# fp32: DeepCAM 768x1152 batch 1, the reference's own code 13.7 -> 6.5 (the kit 6.6 with
+# tcmalloc); CosmoFlow 128^3 batch 4, the kit's PyTorch 5.7 -> 1.96; TensorFlow, which has
+# its own allocator, 1.96 -> 1.93.
 
 PRELOADED = "HPCKIT_PRELOADED_ALLOCATOR"   # set in the restarted process: never restart twice
 TCMALLOC_NAMES = ("tcmalloc_minimal", "tcmalloc")
@@ -75,10 +77,7 @@ def reexec_with_tcmalloc(argv: list[str], choice: str) -> None:
             raise KitError("--allocator tcmalloc: no tcmalloc library found (Debian: libtcmalloc-minimal4, "
                            "Spack: gperftools)")
         return
-    env = dict(os.environ)
-    env["LD_PRELOAD"] = " ".join(v for v in (lib, env.get("LD_PRELOAD", "")) if v)
-    env[PRELOADED] = lib
-    env.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 62))   # no stderr line per big block
+    env = preload_env(lib, os.environ)
     # the same interpreter and import path as this process, and a command line that still
     # reads `python -m hpckit ...`: run as `python -m hpckit` (sys.path[0] is the working
     # directory) it restarts the same way; run as the console script (sys.path[0] is its
@@ -88,6 +87,16 @@ def reexec_with_tcmalloc(argv: list[str], choice: str) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os.execve(sys.executable, [sys.executable, *([] if from_cwd else ["-P"]), "-m", "hpckit", *argv], env)
+
+
+def preload_env(lib: str, env) -> dict:
+    """A copy of `env` for a process that starts with the tcmalloc library `lib` preloaded
+    (the restarted training here; the benches' cases as `hpckit train` runs them)."""
+    out = dict(env)
+    out["LD_PRELOAD"] = " ".join(v for v in (lib, out.get("LD_PRELOAD", "")) if v)
+    out[PRELOADED] = lib
+    out.setdefault("TCMALLOC_LARGE_ALLOC_REPORT_THRESHOLD", str(1 << 62))   # no stderr line per big block
+    return out
 
 
 def tcmalloc_loaded() -> bool:
