@@ -197,6 +197,9 @@ def main(argv=None) -> int:
     if "bf16" in precisions and not cpu_has_bf16():
         print("conv_efficiency: this CPU has no bf16 instructions: bf16 skipped", file=sys.stderr)
         precisions = [q for q in precisions if q != "bf16"]
+        if not precisions:
+            print("conv_efficiency: --precisions bf16: nothing left to measure on this CPU", file=sys.stderr)
+            return 2
     header = {"cpu": cpu_model().replace(" ", "_"), "flags": cpu_flags(), "cpus": len(os.sched_getaffinity(0)),
               "threads": torch.get_num_threads(), "load1": round(os.getloadavg()[0], 2),
               "torch": torch.__version__, "allocator": "tcmalloc" if memory.tcmalloc_loaded() else "glibc",

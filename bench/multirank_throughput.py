@@ -23,6 +23,7 @@ import argparse
 import json
 import os
 import platform
+import re
 import shutil
 import subprocess
 import sys
@@ -52,6 +53,11 @@ def run(cmd, env, log: Path) -> None:
                         f"{proc.stderr[-2000:]}")
 
 
+def bad_argument(message: str) -> None:
+    print(f"multirank_throughput: {message}", file=sys.stderr)
+    sys.exit(2)
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--cases", default=",".join(CASES))
@@ -68,7 +74,14 @@ def main() -> int:
     ap.add_argument("--samples", default=None, help="TRAIN,VALID samples instead of the mini config's")
     args = ap.parse_args()
     if MINI_BATCH % args.ranks:
-        sys.exit(f"--ranks {args.ranks} must divide the mini batch {MINI_BATCH}")
+        bad_argument(f"--ranks {args.ranks} must divide the mini batch {MINI_BATCH}")
+    unknown = [c for c in args.cases.split(",") if c not in CASES]
+    if unknown:
+        bad_argument(f"--cases {','.join(unknown)}: not one of {', '.join(CASES)}")
+    if args.deepcam_size and not re.fullmatch(r"\d+[xX]\d+", args.deepcam_size):
+        bad_argument(f"--deepcam-size {args.deepcam_size}: expected HxW, e.g. 192x288")
+    if args.samples and not re.fullmatch(r"\d+,\d+", args.samples):
+        bad_argument(f"--samples {args.samples}: expected TRAIN,VALID, e.g. 256,64")
     if args.launcher == "mpirun" and shutil.which("mpirun") is None:
         sys.exit("mpirun not found")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}

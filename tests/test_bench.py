@@ -8,6 +8,8 @@ import re
 import subprocess
 import sys
 
+import pytest
+
 from conftest import REPO
 
 NUMBER = r"([0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?)"
@@ -133,3 +135,18 @@ def test_multirank_keeps_everything_of_a_failed_run(tmp_path):
     log = (kept[0] / "deepcam-pytorch-1.log").read_text()
     assert "train.n_epochs" in log and "--- stderr" in log
     assert (kept[0] / "deepcam" / "stats.h5").is_file()
+
+
+@pytest.mark.parametrize("args,named", [(["--cases", "foo/bar"], "--cases foo/bar"),
+                                        (["--deepcam-size", "12"], "--deepcam-size 12"),
+                                        (["--samples", "5"], "--samples 5"), (["--ranks", "3"], "--ranks 3")])
+def test_multirank_bad_argument_is_one_line(args, named):
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "multirank_throughput.py"), *args],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and named in proc.stderr, proc.stderr
+
+
+def test_conv_efficiency_bad_argument_is_one_line():
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "conv_efficiency.py"), "--precisions", "fp8"],
+                          capture_output=True, text=True, timeout=120, cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "precisions" in proc.stderr, proc.stderr
