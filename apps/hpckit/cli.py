@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import os
 import sys
 
 from hpckit.common.benchmark import PACKAGES
@@ -138,6 +139,18 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
+    code = run_command(argv)
+    dist = sys.modules.get("hpckit.common.dist")    # loaded only where a run made a communicator
+    if dist is not None and dist.UNSAFE_TEARDOWN:
+        # results and logs are written and closed; skip the interpreter teardown that can
+        # deadlock in torch's gloo destructors (common/dist.py UNSAFE_TEARDOWN)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+    return code
+
+
+def run_command(argv: list[str] | None) -> int:
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "allocator", None) is not None:

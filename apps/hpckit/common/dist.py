@@ -228,6 +228,16 @@ class Comm:
         pass
 
 
+# Set once a torch.distributed process group existed in this process. Its interpreter
+# teardown can deadlock: seen 2026-11-24 under Slurm (2 gloo ranks, run converged, summary
+# written): the main thread, holding the GIL, destroyed DDP's Reducer and with it the gloo
+# process group, joining a runloop thread that waited for the GIL to free a finished
+# allreduce's tensors (gdb: ~ProcessGroupGloo -> thread::join; ~AsyncAllreduceWork ->
+# gil_scoped_acquire). cli.main ends such a process with os._exit once everything is
+# written and flushed.
+UNSAFE_TEARDOWN = False
+
+
 class TorchComm(Comm):
     kind = "torch"
 
@@ -238,6 +248,8 @@ class TorchComm(Comm):
         self.timeout_s = timeout_s
         super().__init__(ranks)
         backend = "nccl" if device.type == "cuda" else "gloo"
+        global UNSAFE_TEARDOWN
+        UNSAFE_TEARDOWN = True
         try:
             tdist.init_process_group(backend, init_method=f"tcp://{_url_host(ranks.master_addr)}:{ranks.master_port}",
                                      rank=ranks.rank, world_size=ranks.size, timeout=timedelta(seconds=timeout_s))
