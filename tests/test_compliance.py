@@ -493,3 +493,90 @@ def test_run_stop_before_run_start_is_not_compliant(helmholtz, tmp_path, capsys)
     log = write_log(tmp_path / "stop_first.txt", moved)
     rc, out, _ = check([log, "--ruleset", "hpc-2.0.0"], capsys)
     assert "run_stop" in assert_not_compliant(rc, out, log, "hpc-2.0.0")
+
+
+# ------------------------------------------------- the checker: bounded, dies with its parent
+
+def _with_lines(src: Path, dest: Path, length: int, count: int) -> Path:
+    """`src` with `count` extra POINT_IN_TIME lines of exactly `length` bytes after its header."""
+    records = read_records(src)
+
+    def note(i: int, pad: int) -> dict:
+        return {"namespace": "", "time_ms": records[0]["time_ms"], "event_type": "POINT_IN_TIME",
+                "key": "hpckit_note", "value": "x" * pad, "metadata": {"file": "t.py", "lineno": i}}
+    frame = len(TOKEN + json.dumps(note(0, 0)))
+    extra = [note(i % 10, length - frame) for i in range(count)]
+    return write_log(dest, records[:3] + extra + records[3:])
+
+
+def test_an_absurd_line_is_one_not_compliant_line(helmholtz, tmp_path):
+    """One 30 MB line: the official parser would not finish in 10 minutes (time quadratic in
+    the line's length); the kit names the line at once, for check and score --ruleset."""
+    log = _with_lines(helmholtz, tmp_path / "result_0.txt", 30_000_000, 1)
+    proc = check_subprocess([log, "--ruleset", "hpc-2.0.0"], tmp_path)   # 120 s timeout: a hang fails
+    assert proc.returncode == 1 and proc.stderr == "", proc.stderr
+    assert proc.stdout.splitlines() == [
+        f"NOT COMPLIANT: {log} fails the hpc-2.0.0 ruleset: line 4 is {len(log.read_bytes().splitlines()[3])} "
+        f"bytes long: not read, an MLPerf log line over {compliance.MAX_LINE_BYTES} bytes is refused (the "
+        "official checker's parser takes time quadratic in a line's length)"]
+    ok, why = compliance.official_verdict(log, "hpc-2.0.0")   # score --ruleset's in-process verdict
+    assert not ok and why.startswith("line 4 is ")
+
+
+def test_a_long_line_under_the_bound_is_still_checked(helmholtz, tmp_path, capsys):
+    log = _with_lines(helmholtz, tmp_path / "ok.txt", compliance.MAX_LINE_BYTES - 10, 1)
+    rc, out, _ = check([log, "--ruleset", "hpc-2.0.0"], capsys)
+    assert_compliant(rc, out, log, "hpc-2.0.0", "deepcam, closed")
+
+
+def _checker_pids(log: Path) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        try:
+            cmd = (proc / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if compliance.CHECKER_MODULE.encode() in cmd and str(log).encode() in cmd:
+            pids.append(int(proc.name))
+    return pids
+
+
+@pytest.mark.parametrize("signum", ["SIGTERM", "SIGKILL"])
+def test_the_checker_dies_with_hpckit_check(helmholtz, tmp_path, signum):
+    """A log the checker takes tens of seconds over (lines of 60 kB, under the bound); the
+    `hpckit check` running it is killed: its checker goes within seconds, never orphaned."""
+    import signal
+    import time
+    log = _with_lines(helmholtz, tmp_path / "slow.txt", 60_000, 60)
+    parent = subprocess.Popen([sys.executable, "-m", "hpckit", "check", str(log), "--ruleset", "hpc-2.0.0"],
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+    try:
+        deadline = time.monotonic() + 60
+        while not _checker_pids(log):
+            assert parent.poll() is None and time.monotonic() < deadline, "the checker never started"
+            time.sleep(0.1)
+        checkers = _checker_pids(log)
+        parent.send_signal(getattr(signal, signum))
+        parent.wait(timeout=30)
+        deadline = time.monotonic() + 10
+        while any(Path(f"/proc/{p}").exists() and "Z" not in (Path(f"/proc/{p}/stat").read_text().split()[2:3] or ["Z"])
+                  for p in checkers) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        left = [p for p in _checker_pids(log)]
+        assert not left, f"checker process(es) {left} outlived hpckit check ({signum})"
+    finally:
+        parent.kill()
+        for p in _checker_pids(log):
+            os.kill(p, 9)
+
+
+def test_package_checker_refuses_an_absurd_log_at_once(helmholtz, tmp_path):
+    from hpckit.results.checkers import run_package_checker, run_result_summarizer
+    org = tmp_path / "Org"
+    folder = org / "results" / "sys" / "strong" / "deepcam"
+    folder.mkdir(parents=True)
+    (org / "systems").mkdir()
+    log = _with_lines(helmholtz, folder / "result_0.txt", 30_000_000, 1)
+    for run in (run_package_checker, run_result_summarizer):
+        res = run(org, "hpc-2.0.0")
+        assert not res.ok and f"{log}: line 4 is " in res.verdict and "NOT OK" in res.verdict

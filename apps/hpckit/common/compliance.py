@@ -46,6 +46,15 @@ TOKEN = ":::MLLOG "  # what the checker's parser looks for (with the space)
 REPORT_SUFFIX = ".compliance.txt"
 CHECKER_TIMEOUT_S = 600
 MAX_MESSAGE = 400  # characters of the checker's message kept in the verdict line
+# The official parser (mlperf_logging 4.1.68, compliance_checker/mlp_parser/ruleset_*.py
+# `strip_and_dedup`: re.sub(".*" + TOKEN, TOKEN, line)) takes time quadratic in the length of
+# a line that holds the token: 100 kB took 3 s, 300 kB 44 s on a 2-core AMD EPYC, one 30 MB
+# line did not finish in 10 minutes. The longest line of the 3,657 published logs of v1.0,
+# v2.0 and v3.0 is 410 bytes; the kit's own longest (hpckit_config) a few kB. A log with a
+# line over this bound is refused unread, by the kit, wherever the checker would read it
+# (check, score --ruleset, the RCP factor, package --check): one NOT COMPLIANT line naming
+# the line. 64 KiB parses in about a second.
+MAX_LINE_BYTES = 1 << 16
 
 
 # --------------------------------------------------------------------------------------
@@ -200,6 +209,45 @@ class LogInfo:
     mllog_lines: list[int] | None = None  # file line number (1-based) of each :::MLLOG record
 
 
+def overlong_line(data: bytes) -> tuple[int, int] | None:
+    """(1-based line number, length in bytes) of the first line holding the checker's token
+    that is longer than MAX_LINE_BYTES, or None. Lines as the official parser splits them
+    (universal newlines)."""
+    if len(data) <= MAX_LINE_BYTES:
+        return None
+    for number, line in enumerate(data.replace(b"\r\n", b"\n").replace(b"\r", b"\n").split(b"\n"), start=1):
+        if len(line) > MAX_LINE_BYTES and TOKEN.strip().encode() in line:
+            return number, len(line)
+    return None
+
+
+def overlong_reason(log: Path, data: bytes | None = None) -> str | None:
+    """Why the official checker must not be given `log` (its parser would not finish), or None."""
+    if data is None:
+        try:
+            data = Path(log).read_bytes()
+        except OSError:
+            return None   # the reader that follows names what is wrong with the file
+    hit = overlong_line(data)
+    if hit is None:
+        return None
+    return (f"line {hit[0]} is {hit[1]} bytes long: not read, an MLPerf log line over {MAX_LINE_BYTES} "
+            "bytes is refused (the official checker's parser takes time quadratic in a line's length)")
+
+
+def checker_subprocess(command: list, *, timeout: float, what: str, **kwargs) -> subprocess.CompletedProcess:
+    """Run one of mlperf_logging's tools as a child that dies with this process (a SIGTERM or
+    SIGKILL of the kit's command kills it: prctl PR_SET_PDEATHSIG) and within `timeout`
+    seconds (then killed, and KitError naming `what`)."""
+    from hpckit.common.pool import die_with_parent
+    parent = os.getpid()
+    try:
+        return subprocess.run(command, capture_output=True, text=True, errors="replace", timeout=timeout,
+                              preexec_fn=lambda: die_with_parent(kill=True, parent=parent), **kwargs)
+    except subprocess.TimeoutExpired:
+        raise KitError(f"{what}: the official {command[2].rsplit('.', 1)[-1]} did not finish in {timeout:g} s") from None
+
+
 def read_log(log: Path) -> LogInfo:
     """Refuse what is not a result log (KitError naming the file); return its benchmark/division."""
     if not log.exists():
@@ -326,11 +374,7 @@ def _run_checker(log: Path, version: str, config_file: Path | None, workdir: Pat
     if config_file is not None:
         command += ["--config", str(config_file)]
     command.append(str(log.resolve()))  # absolute: a name starting with '-' stays a file name
-    try:
-        proc = subprocess.run(command, capture_output=True, text=True, errors="replace",
-                              timeout=CHECKER_TIMEOUT_S, cwd=workdir)
-    except subprocess.TimeoutExpired:
-        raise KitError(f"log {log}: the compliance checker did not finish in {CHECKER_TIMEOUT_S} s")
+    proc = checker_subprocess(command, timeout=CHECKER_TIMEOUT_S, what=f"log {log}", cwd=workdir)
     try:
         logged = log_output.read_text(errors="replace")
     except OSError:
@@ -402,6 +446,9 @@ def check_log(log_path, ruleset: str, config_spec: str = "mini") -> tuple[bool, 
         raise KitError(f"ruleset {ruleset!r}: expected one of {', '.join(RULESETS)}")
     info = read_log(log)
     official_rules_dir(OFFICIAL_RULESETS.get(ruleset, MINI_BASE))
+    overlong = overlong_reason(log)
+    if overlong:   # the checker is not run: its parser would not finish
+        return False, f"NOT COMPLIANT: {log} fails the {ruleset} ruleset: {overlong}"
 
     with tempfile.TemporaryDirectory(prefix="hpckit-check-") as tmp:
         workdir = Path(tmp)
@@ -459,6 +506,9 @@ def official_verdict(log: Path, ruleset: str) -> tuple[bool, str]:
     instead of a subprocess each. Returns (passes, first message)."""
     import logging
     from mlperf_logging.compliance_checker import mlp_compliance
+    overlong = overlong_reason(log)
+    if overlong:
+        return False, overlong
     version = OFFICIAL_RULESETS[ruleset]
     checker = mlp_compliance.make_checker("hpc", version, quiet=True, werror=False)
     root = logging.getLogger()

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
@@ -20,10 +21,16 @@ from hpckit.common.errors import Terminated
 PR_SET_PDEATHSIG = 1
 
 
-def _die_with_parent() -> None:
+def die_with_parent(kill: bool = False, parent: int | None = None) -> None:
+    """In a child process: the kernel sends it SIGTERM (SIGKILL with `kill`) when its parent
+    dies, however the parent died. Also a subprocess's preexec_fn (the official checkers),
+    with `parent` the parent's pid taken before the fork: a parent that died before the
+    prctl took effect is caught by the getppid check."""
     if sys.platform.startswith("linux"):
         libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
-        libc.prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+        libc.prctl(PR_SET_PDEATHSIG, signal.SIGKILL if kill else signal.SIGTERM)
+    if parent is not None and os.getppid() != parent:
+        os._exit(1)
     signal.signal(signal.SIGTERM, signal.SIG_DFL)
 
 
@@ -35,7 +42,7 @@ def worker_pool(workers: int):
         raise Terminated("terminated by SIGTERM: the work in progress was stopped, its workers with it")
 
     previous = signal.signal(signal.SIGTERM, on_sigterm)
-    pool = ProcessPoolExecutor(max_workers=workers, initializer=_die_with_parent) if workers > 1 else None
+    pool = ProcessPoolExecutor(max_workers=workers, initializer=die_with_parent) if workers > 1 else None
     try:
         yield pool
     except BaseException:

@@ -98,14 +98,23 @@ def mini_library(dest: Path, configs: dict | None = None) -> tuple[Path, list[st
 
 
 def _run(command: list, cwd: Path, env_path: Path | None) -> subprocess.CompletedProcess:
+    """The tool as a child bounded in time that dies with this process (compliance.checker_subprocess)."""
+    from hpckit.common.compliance import checker_subprocess
     env = dict(os.environ)
     if env_path is not None:
         env["PYTHONPATH"] = os.pathsep.join([str(env_path), *filter(None, [env.get("PYTHONPATH")])])
-    try:
-        return subprocess.run(command, capture_output=True, text=True, errors="replace",
-                              cwd=cwd, env=env, timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        raise KitError(f"{command[2]} did not finish in {TIMEOUT_S} s") from None
+    return checker_subprocess(command, timeout=TIMEOUT_S, what=str(command[3]), cwd=cwd, env=env)
+
+
+def _overlong(org_dir: Path) -> str | None:
+    """The first result log of the package the official tools must not read (a line their
+    parser would not finish: compliance.overlong_reason), named, or None."""
+    from hpckit.common.compliance import overlong_reason
+    for log in sorted((org_dir / "results").rglob("result_*.txt")):
+        reason = overlong_reason(log)
+        if reason:
+            return f"{log}: {reason}"
+    return None
 
 
 def _version(ruleset: str) -> str:
@@ -129,6 +138,10 @@ def run_package_checker(org_dir, ruleset: str = "hpc-3.0.0", *, seed_checker_byp
     """Run the official package checker on `org_dir` (the <org> folder of a package)."""
     org_dir = _org_dir(org_dir)
     version = _version(ruleset)
+    overlong = _overlong(org_dir)
+    if overlong:
+        return CheckResult(False, f"PACKAGE NOT OK: {org_dir} fails the package checker ({ruleset}): {overlong}",
+                           overlong, [])
     with tempfile.TemporaryDirectory(prefix="hpckit-pkgcheck-") as tmp:
         tmp = Path(tmp)
         lib, changes = mini_library(tmp) if ruleset == MINI else (None, [])
@@ -160,6 +173,9 @@ def run_result_summarizer(org_dir, ruleset: str = "hpc-3.0.0") -> CheckResult:
     """Run the official result summarizer; `summary` holds its summary.json records."""
     org_dir = _org_dir(org_dir)
     version = _version(ruleset)
+    overlong = _overlong(org_dir)
+    if overlong:
+        return CheckResult(False, f"SUMMARY NOT OK: {org_dir} ({ruleset}): {overlong}", overlong, [])
     with tempfile.TemporaryDirectory(prefix="hpckit-summarize-") as tmp:
         tmp = Path(tmp)
         lib, _ = mini_library(tmp) if ruleset == MINI else (None, [])
