@@ -450,3 +450,60 @@ def test_a_log_reached_twice_is_one_log(tmp_path):
     assert proc.returncode == 0, proc.stdout + proc.stderr
     got = json.loads(js.read_text())["sets"]
     assert len(got) == 1 and len(got[0]["runs"]) == 10 and round(got[0]["score"]["score_min"], 2) == 25.78
+
+
+def _rcp_tree(root: Path, stale: float | None) -> tuple[Path, Path]:
+    """An org folder with one strong-scaling CosmoFlow set of ten real v2.0 logs, unmodified:
+    five runs of the NVIDIA dgxa100_n512 weak-scaling instances that converged in 7 epochs and
+    five in 8 (batch 32). Their mean epochs with fastest and slowest dropped, 7.5, lies below
+    the hpc 2.0.0 RCP mean for batch 32 (7.87) and within its maximum speed-up, so the official
+    package checker writes a scaling factor of 7.87 / 7.5 into the folder."""
+    from mlperf_logging.rcp_checker import rcp_checker
+    weak = V2 / "NVIDIA" / "results" / "dgxa100_n512_pytorch" / "weak" / "cosmoflow"
+    picked: dict[int, list[Path]] = {7: [], 8: []}
+    for log in sorted(weak.glob("result_*.txt"), key=lambda p: int(p.stem.split("_")[1])):
+        _, epochs, _, _ = rcp_checker.read_submission_file(str(log), "2.0.0", False)
+        if epochs in picked and len(picked[epochs]) < 5:
+            picked[epochs].append(log)
+    org = root / "NVIDIA"
+    folder = org / "results" / "dgxa100_n512_pytorch" / "strong" / "cosmoflow"
+    folder.mkdir(parents=True)
+    (org / "systems").mkdir()
+    shutil.copyfile(V2 / "NVIDIA" / "systems" / "dgxa100_n512_pytorch.json", org / "systems" / "dgxa100_n512_pytorch.json")
+    for i, log in enumerate(picked[7] + picked[8]):
+        shutil.copyfile(log, folder / f"result_{i}.txt")
+    if stale is not None:   # a scaling.json the tree brought: the official pipeline recomputes it
+        (folder / "scaling.json").write_text(json.dumps({"scaling_factor": stale}))
+    return org, folder
+
+
+@needs_v2
+@pytest.mark.parametrize("stale", [None, 3.0])
+def test_rcp_scaling_factor_as_the_official_pipeline(tmp_path, stale):
+    """The official figure of a strong set is the olympic mean times the RCP factor that the
+    package checker writes into scaling.json (removing one already there) and the summarizer
+    reads: the kit computes it without writing into the tree and prints it beside the
+    unscaled time; mlperf_logging's own package checker and summarizer run on a copy agree."""
+    import contextlib
+    import io
+    from mlperf_logging.result_summarizer import result_summarizer as rs
+    from hpckit.results.checkers import run_package_checker
+    org, folder = _rcp_tree(tmp_path / "tree", stale)
+    before = {p: p.read_bytes() for p in org.rglob("*") if p.is_file()}
+    js = tmp_path / "kit.json"
+    proc = run_hpckit("score", org, "--json", js)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    sc = json.loads(js.read_text())["sets"][0]["score"]
+    assert {p: p.read_bytes() for p in org.rglob("*") if p.is_file()} == before   # nothing written
+    assert sc["scaling_factor"] == pytest.approx(7.870967741935484 / 7.5, abs=1e-9)
+    assert f"unscaled {sc['unscaled_min']:.4f} min x scaling factor {sc['scaling_factor']:.5f}" in proc.stdout
+
+    official = tmp_path / "official" / "NVIDIA"
+    shutil.copytree(org, official)
+    run_package_checker(official, "hpc-2.0.0")   # its verdict aside, it writes scaling.json
+    assert json.loads((official / folder.relative_to(org) / "scaling.json").read_text())["scaling_factor"] == \
+        pytest.approx(sc["scaling_factor"], abs=1e-12)
+    with contextlib.redirect_stdout(io.StringIO()):
+        strong, *_ = rs.summarize_results(str(official), "hpc", "2.0.0")
+    assert sc["score_min"] == pytest.approx(float(strong.iloc[0]["cosmoflow"]), abs=1e-9)
+    assert sc["score_min"] == pytest.approx(sc["unscaled_min"] * sc["scaling_factor"], abs=1e-12)

@@ -21,7 +21,18 @@ scoring of the others. Byte-identical copies of one log make the set invalid.
 Strong scaling (`_compute_strong_score_standalone`): the times to train (run_stop -
 run_start, minutes) of the runs that count, sorted; with d runs not counting (at most 1,
 else the set is invalid) drop the fastest and 1 - d of the slowest, mean of the rest,
-times the folder's scaling.json factor if any.
+times the RCP scaling factor. That factor is what the official pipeline computes: its
+package checker (package_checker.py, closed division, rulesets >= 1.0.0) runs the RCP
+checker with set_scaling, which removes the folder's scaling.json and, when the set's mean
+epochs to converge (fastest and slowest dropped) are below the reference convergence point's
+mean yet within its maximum speed-up, writes RCP mean / that mean into it; the summarizer
+multiplies the olympic mean by it (result_summarizer.py `_get_scaling_factor`). The kit
+runs the same RCP checker on a private copy of the set's logs (never writing into the tree
+it scores), with `--ruleset`'s version, else the newest hpc ruleset (the 2.0.0 and 3.0.0
+RCPs of CosmoFlow and DeepCAM are the same; score a v1.0 tree with --ruleset hpc-1.0.0),
+and prints the factor beside the unscaled time. Where the package checker would not run the
+RCP checker (open division, the kit's own runs on synthetic data), a scaling.json in the
+folder is applied as the summarizer reads it.
 Weak scaling (`_compute_weak_score_standalone`): number of models = the runs that count
 (at least the benchmark's result count, else invalid); instance scale = number_of_nodes x
 max(accelerators_per_node, 1) (`_query_instance_scale`: accelerators, or processors where
@@ -78,8 +89,9 @@ def strong_score(runs: list[RunLog], counts: list[bool] | None = None, scaling_f
         out["reason"] = f"{len(runs)} run(s): nothing left after dropping the fastest and the slowest"
         return out
     dropped_runs = [good[0].path] + ([good[-1].path] if dropped == 0 else out["non_converged"])
-    out.update(valid=True, runs_used=len(kept), dropped=dropped_runs,
-               score_min=sum(r.time_to_train_min for r in kept) / len(kept) * scaling_factor)
+    unscaled = sum(r.time_to_train_min for r in kept) / len(kept)
+    out.update(valid=True, runs_used=len(kept), dropped=dropped_runs, unscaled_min=unscaled,
+               score_min=unscaled * scaling_factor)
     return out
 
 
@@ -248,7 +260,7 @@ def _system_desc(org_dir: Path | None, system: str | None) -> dict:
         return {}
 
 
-def _scaling_factor(folder: Path) -> float:
+def _scaling_json(folder: Path) -> float:
     f = folder / "scaling.json"
     if not f.is_file():
         return 1.0
@@ -259,6 +271,57 @@ def _scaling_factor(folder: Path) -> float:
     if not math.isfinite(value) or value <= 0:
         raise KitError(f"{f}: scaling_factor {value} is not a positive number")
     return value
+
+
+NEWEST_RULESET = "hpc-3.0.0"
+
+
+def _rcp_factor(logs: list[Path], version: str) -> tuple[float, str]:
+    """The factor the official RCP checker writes into scaling.json for these logs (1.0 when it
+    writes none), computed on a private copy of them; and what it said."""
+    import logging
+    import shutil
+    import tempfile
+    from hpckit.common.compliance import overlong_reason
+    from mlperf_logging.rcp_checker import rcp_checker
+    for p in logs:
+        reason = overlong_reason(p)
+        if reason:
+            return 1.0, f"RCP check not run: {p.name}: {reason}"
+    root = logging.getLogger()
+    level = root.level
+    with tempfile.TemporaryDirectory(prefix="hpckit-rcp-") as tmp:
+        for p in logs:
+            shutil.copyfile(p, Path(tmp) / p.name)
+        root.setLevel(logging.CRITICAL)   # the checker logs its findings at INFO
+        try:
+            passed, message, _ = rcp_checker.check_directory(
+                tmp, "hpc", version, verbose=False, bert_train_samples=False, rcp_pass="pruned_rcps",
+                rcp_bypass=False, set_scaling=True)
+        except Exception as e:   # e.g. a benchmark without RCPs in that ruleset
+            return 1.0, f"RCP check failed to run ({type(e).__name__}: {str(e).strip()[:120]})"
+        finally:
+            root.setLevel(level)
+        f = Path(tmp) / "scaling.json"
+        factor = float(json.loads(f.read_text())["scaling_factor"]) if f.exists() else 1.0
+    return factor, f"RCP check {'passed' if passed else 'failed'}: {message}"
+
+
+def scaling_factor(s: dict, runs: list[RunLog], ruleset: str | None) -> tuple[float, str | None]:
+    """(factor, where it comes from) for a strong-scaling set, as the official package checker
+    and summarizer apply it (module doc)."""
+    from hpckit.common.compliance import OFFICIAL_RULESETS
+    if not s["system"]:
+        return 1.0, None
+    folder = Path(s["source"])
+    desc = _system_desc(s["org_dir"], s["system"])
+    kit = any(_is_kit_log(p) for p in s["logs"])
+    if desc.get("division") != "closed" or kit:
+        factor = _scaling_json(folder)
+        return factor, ("scaling.json" if factor != 1.0 else None)
+    ruleset = ruleset or NEWEST_RULESET
+    factor, said = _rcp_factor(s["logs"], OFFICIAL_RULESETS[ruleset])
+    return factor, f"{ruleset} RCP ({said})"
 
 
 def score_sets(paths: list[str | Path], scaling: str | None = None, ruleset: str | None = None) -> tuple[list[dict], list[str]]:
@@ -291,7 +354,9 @@ def score_sets(paths: list[str | Path], scaling: str | None = None, ruleset: str
         if s["scaling"] == "weak":
             s["score"] = weak_score(runs, counts, benchmark)
         else:
-            s["score"] = strong_score(runs, counts, _scaling_factor(Path(s["source"])) if s["system"] else 1.0)
+            factor, source = scaling_factor(s, runs, ruleset)
+            s["score"] = strong_score(runs, counts, factor)
+            s["score"]["scaling_from"] = source
         digests: dict[str, str] = {}
         for name, p in zip(names, s["logs"]):
             d = hashlib.sha256(p.read_bytes()).hexdigest()
@@ -327,7 +392,8 @@ def _fmt_score(s: dict) -> str:
             names = {r.path: n for n, r in s["runs"]}
             text += f"; non-converged {names[sc['non_converged'][0]]} counted as slowest"
         if sc["scaling_factor"] != 1.0:
-            text += f"; scaling.json factor {sc['scaling_factor']:g}"
+            text += (f"; unscaled {sc['unscaled_min']:.4f} min x scaling factor {sc['scaling_factor']:.5f} "
+                     f"from {sc.get('scaling_from') or 'scaling.json'}")
         return text + ")"
     body = figure(sc)
     return f"score: {body}" if sc["valid"] else f"score: invalid ({sc['reason']}; {body})"
