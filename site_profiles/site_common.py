@@ -1,6 +1,14 @@
-"""What every site profile's settings.py shares: the ReFrame `logging` section, and for the
-target profiles the partition extras the checks read and the spack/apptainer/sarus
-environments (their contract with reframe_checks/mlperf_base.py and profile_environment.py).
+"""What every site profile's settings.py shares, so that each of them only declares its site:
+the ReFrame `logging` and `storage` sections; for the two profiles that run on whatever
+machine they start on (local, slurm-local) the system around the repository's venv
+(`venv_configuration`); for the four target profiles (a64fx, knl, v100, a100) the system,
+its Slurm partition, the partition extras the checks read and the spack / container
+environments (`target_configuration`: their contract with reframe_checks/mlperf_base.py
+and profile_environment.py).
+
+Everything here reads the process environment (HPCKIT_*) when a function is called, never
+when this module is imported: ReFrame (and the tests) load a settings.py again with
+another environment while this module stays imported.
 
 Perflogs: one file per test under <prefix>/perflogs/<system>/<partition>/, one line per performance
 variable: completion time, result, test, environment, config, seed, variable, value,
@@ -71,6 +79,31 @@ LOGGING = [
 STORAGE = [{'enable': True}]
 
 
+def env(name, default=''):
+    """A site variable (HPCKIT_*) as set when the profile is loaded, else `default`."""
+    return os.environ.get(name, default)
+
+
+def account():
+    """HPCKIT_ACCOUNT: the Slurm account (-A) or group; '' when unset (no --account)."""
+    return env('HPCKIT_ACCOUNT', '')
+
+
+def _profile(settings_file):
+    """(profile folder, profile name, repository root) of a settings.py."""
+    here = os.path.dirname(os.path.abspath(settings_file))
+    return here, os.path.basename(here), os.path.dirname(os.path.dirname(here))
+
+
+def _set_reference_prefix(prefix):
+    """External references (ReFrame 4.10): the documented configuration option
+    general/reference_prefix is missing from the configuration schema of ReFrame 4.10.4
+    ("Additional properties are not allowed ('reference_prefix' was unexpected)"), so the
+    prefix is given through its environment variable, which ReFrame reads only after
+    loading the settings file. setdefault: an RFM_REFERENCE_PREFIX set by the caller wins."""
+    os.environ.setdefault('RFM_REFERENCE_PREFIX', prefix)
+
+
 def run_extras(data_dir, stage_dir, ranks_per_node, nodes):
     """Partition extras: where each benchmark's dataset lives (<data_dir>/<benchmark>),
     node-local staging, and the ranks of one MLPerf run."""
@@ -80,15 +113,112 @@ def run_extras(data_dir, stage_dir, ranks_per_node, nodes):
             'ranks_per_node': ranks_per_node}
 
 
-def hpckit_environments(profile_dir, apptainer_image, sarus_image=None):
-    """`spack` (the profile's Spack environment), `apptainer` and, where the site has
-    Sarus, `sarus`: the same checks natively or in the kit's image."""
-    def env(name, extras):
-        return {'name': name, 'features': ['hpckit'],
-                'env_vars': [['PYTHONUNBUFFERED', '1']], 'extras': extras}
+IMAGE_VERSION = '0.1.0'    # the kit version in the default image names
 
-    envs = [env('spack', {'spack_env': profile_dir}),
-            env('apptainer', {'container_platform': 'Apptainer', 'container_image': apptainer_image})]
-    if sarus_image:
-        envs.append(env('sarus', {'container_platform': 'Sarus', 'container_image': sarus_image}))
+# The container runtimes a target profile can offer as ReFrame environments beside `spack`
+# (the profile's Spack environment): environment name -> (container platform, as
+# reframe_checks/profile_environment.py reads it from the environment's extras and as the
+# partition lists it; the HPCKIT_* variable naming the image; the default image, where
+# {images} is <data>/images and {profile} the profile's name). Adding a runtime is one line
+# here; a profile offers the ones its site has (target_configuration's `runtimes`).
+CONTAINER_RUNTIMES = {
+    'apptainer': ('Apptainer', 'HPCKIT_IMAGE', '{images}/hpckit-{profile}-{version}.sif'),
+    'sarus': ('Sarus', 'HPCKIT_SARUS_IMAGE', 'hpckit/{profile}:{version}'),
+}
+
+
+def _environment(name, extras):
+    return {'name': name, 'features': ['hpckit'],
+            'env_vars': [['PYTHONUNBUFFERED', '1']], 'extras': extras}
+
+
+def hpckit_environments(profile_dir, runtimes, data_dir):
+    """`spack` (the profile's Spack environment) and one environment per container runtime
+    in `runtimes` (names in CONTAINER_RUNTIMES): the same checks natively or in the kit's
+    image, the image from the runtime's HPCKIT_* variable or its default under `data_dir`."""
+    profile = os.path.basename(profile_dir)
+    envs = [_environment('spack', {'spack_env': profile_dir})]
+    for name in runtimes:
+        platform, variable, default = CONTAINER_RUNTIMES[name]
+        image = env(variable, default.format(images=os.path.join(data_dir, 'images'),
+                                             profile=profile, version=IMAGE_VERSION))
+        envs.append(_environment(name, {'container_platform': platform,
+                                        'container_image': image}))
     return envs
+
+
+def target_configuration(settings_file, *, descr, hostnames, partition, ranks_per_node,
+                         data, stage_dir='/tmp/hpckit-stage', runtimes=('apptainer',),
+                         platforms=()):
+    """The site_configuration of a target profile: one system named after the profile's
+    folder, with one Slurm partition where the MLPerf checks run.
+
+    `partition` is what is the site's own (name, descr, launcher, access, features,
+    max_jobs, time_limit, processor, devices, resources); added here: the `slurm`
+    scheduler, `--account` from HPCKIT_ACCOUNT, the environments `spack` + `runtimes`,
+    the container platforms (the runtimes', the first the default, then `platforms`: those
+    the site has that the kit does not drive, e.g. Shifter), and the extras of one MLPerf
+    run: HPCKIT_NODES (default 1) nodes of `ranks_per_node` ranks, the datasets under
+    HPCKIT_DATA (default `data`), staging in HPCKIT_STAGE_DIR (default `stage_dir`). The
+    system's modules system is HPCKIT_MODULES_SYSTEM (default nomod), ReFrame's prefix
+    HPCKIT_RFM_PREFIX (default the repository)."""
+    here, name, repo = _profile(settings_file)
+    # the checks' `$ref: references.yaml` is found in the profile's folder (see
+    # _set_reference_prefix)
+    _set_reference_prefix(here)
+    data = env('HPCKIT_DATA', data)
+    acct = account()
+    runtime_platforms = [CONTAINER_RUNTIMES[r][0] for r in runtimes]
+    part = {
+        'scheduler': 'slurm',
+        **partition,
+        'access': list(partition.get('access', [])) + ([f'--account={acct}'] if acct else []),
+        'environs': ['spack', *runtimes],
+        'container_platforms': [{'type': p, **({'default': True} if i == 0 else {})}
+                                for i, p in enumerate([*runtime_platforms, *platforms])],
+        'extras': run_extras(data, env('HPCKIT_STAGE_DIR', stage_dir), ranks_per_node,
+                             nodes=int(env('HPCKIT_NODES', '1'))),
+    }
+    return {
+        'systems': [{
+            'name': name,
+            'descr': descr,
+            'hostnames': hostnames,
+            'modules_system': env('HPCKIT_MODULES_SYSTEM', 'nomod'),
+            'prefix': env('HPCKIT_RFM_PREFIX', repo),
+            'partitions': [part],
+        }],
+        'environments': hpckit_environments(here, runtimes, data),
+        'logging': LOGGING,
+        'storage': STORAGE,
+    }
+
+
+def venv_configuration(settings_file, *, descr, partitions, omp_num_threads, env_vars=()):
+    """The site_configuration of a profile that runs on whatever machine it is started on
+    (local, slurm-local): one system named after the profile's folder, its ReFrame prefix
+    the repository, every partition in the one environment `hpckit-venv` (the
+    repository's .venv first on PATH, OMP_NUM_THREADS, unbuffered Python, then
+    `env_vars`); performance references per machine (machine_reference_prefix)."""
+    here, name, repo = _profile(settings_file)
+    _set_reference_prefix(machine_reference_prefix(here))
+    venv_bin = os.path.join(repo, '.venv', 'bin')
+    return {
+        'systems': [{
+            'name': name,
+            'descr': descr,
+            'hostnames': ['.*'],
+            'prefix': repo,
+            'partitions': [{**p, 'environs': ['hpckit-venv']} for p in partitions],
+        }],
+        'environments': [{
+            'name': 'hpckit-venv',
+            'features': ['hpckit'],
+            'env_vars': [['PATH', f'"{venv_bin}":$PATH'],
+                         ['OMP_NUM_THREADS', omp_num_threads],
+                         ['PYTHONUNBUFFERED', '1'],
+                         *env_vars],
+        }],
+        'logging': LOGGING,
+        'storage': STORAGE,
+    }

@@ -28,65 +28,30 @@ select the others: -p 'spack|apptainer'.
 import os
 import sys
 
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(_here))   # site_profiles/site_common.py, shared
-from site_common import LOGGING, STORAGE, hpckit_environments, run_extras  # noqa: E402
-REPO = os.path.dirname(os.path.dirname(_here))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from site_common import env, target_configuration  # noqa: E402   site_profiles/site_common.py
 
-# ReFrame 4.10.4 rejects general/reference_prefix (see site_profiles/local/settings.py):
-# the checks' `$ref: references.yaml` is found through the environment variable instead.
-os.environ.setdefault('RFM_REFERENCE_PREFIX', _here)
-
-_env = os.environ.get
-NODES = int(_env('HPCKIT_NODES', '1'))   # nodes per training run
-ACCOUNT = _env('HPCKIT_ACCOUNT', '')
-DATA = _env('HPCKIT_DATA', os.path.join(_env('PSCRATCH', '/pscratch/sd/u/user'),
-                                        'mlperf-hpc'))
-STAGE_DIR = _env('HPCKIT_STAGE_DIR', '/tmp/hpckit-stage')
-IMAGE = _env('HPCKIT_IMAGE', os.path.join(DATA, 'images', 'hpckit-a100-0.1.0.sif'))
-SARUS_IMAGE = _env('HPCKIT_SARUS_IMAGE', 'hpckit/a100:0.1.0')
-
-site_configuration = {
-    'systems': [
-        {
-            'name': 'a100',
-            'descr': 'NVIDIA A100 nodes, modelled on NERSC Perlmutter GPU (site profile a100)',
-            'hostnames': [r'perlmutter', r'login\d+', r'nid\d+'],
-            'modules_system': _env('HPCKIT_MODULES_SYSTEM', 'nomod'),
-            'prefix': _env('HPCKIT_RFM_PREFIX', REPO),
-            'partitions': [
-                {
-                    'name': 'gpu',
-                    'descr': '4x A100-SXM4-40GB, 1x EPYC 7763 per node',
-                    'scheduler': 'slurm',
-                    'launcher': 'srun',
-                    'access': [f'--constraint={_env("HPCKIT_CONSTRAINT", "gpu")}',
-                               f'--qos={_env("HPCKIT_QOS", "regular")}']
-                              + ([f'--account={ACCOUNT}'] if ACCOUNT else []),
-                    'environs': ['spack', 'apptainer', 'sarus'],
-                    'features': ['mlperf', 'gpu', 'cuda'],
-                    'max_jobs': 8,
-                    'time_limit': '2h',
-                    'processor': {'arch': 'zen3', 'num_cpus': 128, 'num_cpus_per_core': 2,
-                                  'num_sockets': 1, 'num_cpus_per_socket': 128},
-                    'devices': [{'type': 'gpu', 'arch': 'sm_80',
-                                 'model': 'NVIDIA A100-SXM4-40GB', 'num_devices': 4}],
-                    'resources': [
-                        {'name': 'gpu', 'options': ['--gpus-per-node={num_gpus_per_node}']},
-                    ],
-                    'container_platforms': [
-                        {'type': 'Apptainer', 'default': True},
-                        {'type': 'Sarus'},
-                        # Perlmutter's own runtimes; the kit's images run with Shifter too
-                        {'type': 'Shifter'},
-                    ],
-                    # ranks of one MLPerf run: one rank per GPU
-                    'extras': run_extras(DATA, STAGE_DIR, ranks_per_node=4, nodes=NODES),
-                },
-            ],
-        },
-    ],
-    'environments': hpckit_environments(_here, IMAGE, SARUS_IMAGE),
-    'logging': LOGGING,
-    'storage': STORAGE,
-}
+site_configuration = target_configuration(
+    __file__,
+    descr='NVIDIA A100 nodes, modelled on NERSC Perlmutter GPU (site profile a100)',
+    hostnames=[r'perlmutter', r'login\d+', r'nid\d+'],
+    data=os.path.join(env('PSCRATCH', '/pscratch/sd/u/user'), 'mlperf-hpc'),
+    runtimes=['apptainer', 'sarus'],
+    platforms=['Shifter'],     # Perlmutter's own runtime; the kit's images run with it too
+    ranks_per_node=4,          # one rank per GPU
+    partition={
+        'name': 'gpu',
+        'descr': '4x A100-SXM4-40GB, 1x EPYC 7763 per node',
+        'launcher': 'srun',
+        'access': [f'--constraint={env("HPCKIT_CONSTRAINT", "gpu")}',
+                   f'--qos={env("HPCKIT_QOS", "regular")}'],
+        'features': ['mlperf', 'gpu', 'cuda'],
+        'max_jobs': 8,
+        'time_limit': '2h',
+        'processor': {'arch': 'zen3', 'num_cpus': 128, 'num_cpus_per_core': 2,
+                      'num_sockets': 1, 'num_cpus_per_socket': 128},
+        'devices': [{'type': 'gpu', 'arch': 'sm_80',
+                     'model': 'NVIDIA A100-SXM4-40GB', 'num_devices': 4}],
+        'resources': [{'name': 'gpu', 'options': ['--gpus-per-node={num_gpus_per_node}']}],
+    },
+)

@@ -32,54 +32,26 @@ Containers: Fugaku provides Singularity/Apptainer; there is no Sarus, hence no `
 import os
 import sys
 
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(_here))   # site_profiles/site_common.py, shared
-from site_common import LOGGING, STORAGE, hpckit_environments, run_extras  # noqa: E402
-REPO = os.path.dirname(os.path.dirname(_here))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from site_common import account, env, target_configuration  # noqa: E402   site_profiles/site_common.py
 
-# ReFrame 4.10.4 rejects general/reference_prefix (see site_profiles/local/settings.py):
-# the checks' `$ref: references.yaml` is found through the environment variable instead.
-os.environ.setdefault('RFM_REFERENCE_PREFIX', _here)
-
-_env = os.environ.get
-NODES = int(_env('HPCKIT_NODES', '1'))   # nodes per training run
-ACCOUNT = _env('HPCKIT_ACCOUNT', '')
-DATA = _env('HPCKIT_DATA', f'/data/{ACCOUNT or "group"}/mlperf-hpc')
-STAGE_DIR = _env('HPCKIT_STAGE_DIR', '$PJM_LOCALTMP/hpckit-stage')
-IMAGE = _env('HPCKIT_IMAGE', os.path.join(DATA, 'images', 'hpckit-a64fx-0.1.0.sif'))
-
-site_configuration = {
-    'systems': [
-        {
-            'name': 'a64fx',
-            'descr': 'Fujitsu A64FX nodes, modelled on RIKEN Fugaku (site profile a64fx)',
-            'hostnames': [r'fn01sv\d+', r'fugaku'],
-            'modules_system': _env('HPCKIT_MODULES_SYSTEM', 'nomod'),
-            'prefix': _env('HPCKIT_RFM_PREFIX', REPO),
-            'partitions': [
-                {
-                    'name': 'compute',
-                    'descr': '1x A64FX (48 cores), 32 GiB HBM2 per node',
-                    'scheduler': 'slurm',
-                    'launcher': 'mpiexec',
-                    'access': [f'--partition={_env("HPCKIT_RSCGRP", "small")}']
-                              + ([f'--account={ACCOUNT}'] if ACCOUNT else []),
-                    'environs': ['spack', 'apptainer'],
-                    'features': ['mlperf', 'cpu'],
-                    'max_jobs': 8,
-                    'time_limit': '12h',
-                    'processor': {'arch': 'a64fx', 'num_cpus': 48, 'num_cpus_per_core': 1,
-                                  'num_sockets': 1, 'num_cpus_per_socket': 48},
-                    'container_platforms': [
-                        {'type': 'Apptainer', 'default': True},
-                    ],
-                    # ranks of one MLPerf run: one rank per CMG (4 NUMA domains per A64FX), as Fugaku's CosmoFlow runs
-                    'extras': run_extras(DATA, STAGE_DIR, ranks_per_node=4, nodes=NODES),
-                },
-            ],
-        },
-    ],
-    'environments': hpckit_environments(_here, IMAGE),
-    'logging': LOGGING,
-    'storage': STORAGE,
-}
+site_configuration = target_configuration(
+    __file__,
+    descr='Fujitsu A64FX nodes, modelled on RIKEN Fugaku (site profile a64fx)',
+    hostnames=[r'fn01sv\d+', r'fugaku'],
+    data=f'/data/{account() or "group"}/mlperf-hpc',
+    stage_dir='$PJM_LOCALTMP/hpckit-stage',
+    # one rank per CMG (4 NUMA domains per A64FX), as Fugaku's CosmoFlow runs
+    ranks_per_node=4,
+    partition={
+        'name': 'compute',
+        'descr': '1x A64FX (48 cores), 32 GiB HBM2 per node',
+        'launcher': 'mpiexec',
+        'access': [f'--partition={env("HPCKIT_RSCGRP", "small")}'],
+        'features': ['mlperf', 'cpu'],
+        'max_jobs': 8,
+        'time_limit': '12h',
+        'processor': {'arch': 'a64fx', 'num_cpus': 48, 'num_cpus_per_core': 1,
+                      'num_sockets': 1, 'num_cpus_per_socket': 48},
+    },
+)

@@ -26,57 +26,27 @@ kit's image where Apptainer is installed. There is no Sarus at NERSC, hence no `
 import os
 import sys
 
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(_here))   # site_profiles/site_common.py, shared
-from site_common import LOGGING, STORAGE, hpckit_environments, run_extras  # noqa: E402
-REPO = os.path.dirname(os.path.dirname(_here))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from site_common import env, target_configuration  # noqa: E402   site_profiles/site_common.py
 
-# ReFrame 4.10.4 rejects general/reference_prefix (see site_profiles/local/settings.py):
-# the checks' `$ref: references.yaml` is found through the environment variable instead.
-os.environ.setdefault('RFM_REFERENCE_PREFIX', _here)
-
-_env = os.environ.get
-NODES = int(_env('HPCKIT_NODES', '1'))   # nodes per training run
-ACCOUNT = _env('HPCKIT_ACCOUNT', '')
-DATA = _env('HPCKIT_DATA', os.path.join(_env('SCRATCH', '/global/cscratch1/sd/user'),
-                                        'mlperf-hpc'))
-STAGE_DIR = _env('HPCKIT_STAGE_DIR', '/tmp/hpckit-stage')
-IMAGE = _env('HPCKIT_IMAGE', os.path.join(DATA, 'images', 'hpckit-knl-0.1.0.sif'))
-
-site_configuration = {
-    'systems': [
-        {
-            'name': 'knl',
-            'descr': 'Intel Xeon Phi 7250 nodes, modelled on NERSC Cori KNL (site profile knl)',
-            'hostnames': [r'cori\d+', r'nid\d+'],
-            'modules_system': _env('HPCKIT_MODULES_SYSTEM', 'nomod'),
-            'prefix': _env('HPCKIT_RFM_PREFIX', REPO),
-            'partitions': [
-                {
-                    'name': 'knl',
-                    'descr': '1x Xeon Phi 7250 (68 cores) per node, quad,cache',
-                    'scheduler': 'slurm',
-                    'launcher': 'srun',
-                    'access': [f'--constraint={_env("HPCKIT_CONSTRAINT", "knl,quad,cache")}',
-                               f'--qos={_env("HPCKIT_QOS", "regular")}']
-                              + ([f'--account={ACCOUNT}'] if ACCOUNT else []),
-                    'environs': ['spack', 'apptainer'],
-                    'features': ['mlperf', 'cpu'],
-                    'max_jobs': 8,
-                    'time_limit': '8h',
-                    'processor': {'arch': 'mic_knl', 'num_cpus': 272, 'num_cpus_per_core': 4,
-                                  'num_sockets': 1, 'num_cpus_per_socket': 272},
-                    'container_platforms': [
-                        {'type': 'Apptainer', 'default': True},
-                        {'type': 'Shifter'},
-                    ],
-                    # ranks of one MLPerf run: one rank per node with all 68 cores' threads, as the Cori KNL runs
-                    'extras': run_extras(DATA, STAGE_DIR, ranks_per_node=1, nodes=NODES),
-                },
-            ],
-        },
-    ],
-    'environments': hpckit_environments(_here, IMAGE),
-    'logging': LOGGING,
-    'storage': STORAGE,
-}
+site_configuration = target_configuration(
+    __file__,
+    descr='Intel Xeon Phi 7250 nodes, modelled on NERSC Cori KNL (site profile knl)',
+    hostnames=[r'cori\d+', r'nid\d+'],
+    data=os.path.join(env('SCRATCH', '/global/cscratch1/sd/user'), 'mlperf-hpc'),
+    platforms=['Shifter'],
+    # one rank per node with all 68 cores' threads, as the Cori KNL runs
+    ranks_per_node=1,
+    partition={
+        'name': 'knl',
+        'descr': '1x Xeon Phi 7250 (68 cores) per node, quad,cache',
+        'launcher': 'srun',
+        'access': [f'--constraint={env("HPCKIT_CONSTRAINT", "knl,quad,cache")}',
+                   f'--qos={env("HPCKIT_QOS", "regular")}'],
+        'features': ['mlperf', 'cpu'],
+        'max_jobs': 8,
+        'time_limit': '8h',
+        'processor': {'arch': 'mic_knl', 'num_cpus': 272, 'num_cpus_per_core': 4,
+                      'num_sockets': 1, 'num_cpus_per_socket': 272},
+    },
+)

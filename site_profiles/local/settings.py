@@ -22,54 +22,21 @@ Partitions:
 import os
 import sys
 
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(_here))   # site_profiles/site_common.py, shared
-from site_common import LOGGING, STORAGE, machine_reference_prefix  # noqa: E402
-REPO = os.path.dirname(os.path.dirname(_here))
-VENV_BIN = os.path.join(REPO, '.venv', 'bin')
-
-# External references (ReFrame 4.10): the documented configuration option
-# general/reference_prefix is missing from the configuration schema of ReFrame 4.10.4
-# ("Additional properties are not allowed ('reference_prefix' was unexpected)"), so the
-# prefix is given through its environment variable, which ReFrame reads only after
-# loading this file. setdefault: an RFM_REFERENCE_PREFIX set by the caller wins.
-os.environ.setdefault('RFM_REFERENCE_PREFIX', machine_reference_prefix(_here))
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from site_common import venv_configuration  # noqa: E402   site_profiles/site_common.py
 
 # The machine has few cores: one training at a time, each using all of them.
-_partition = {
-    'scheduler': 'local',
-    'environs': ['hpckit-venv'],
-    'max_jobs': 1,
-    'time_limit': '1h',
-}
+_partition = {'scheduler': 'local', 'max_jobs': 1, 'time_limit': '1h'}
 
-site_configuration = {
-    'systems': [
-        {
-            'name': 'local',
-            'descr': 'Any Linux machine (site profile site_profiles/local)',
-            'hostnames': ['.*'],
-            'prefix': REPO,
-            'partitions': [
-                {**_partition, 'name': 'default', 'launcher': 'local',
-                 'descr': 'local processes, one rank', 'features': ['mlperf']},
-                {**_partition, 'name': 'mpi', 'launcher': 'mpirun',
-                 'descr': 'local processes under mpirun', 'features': ['mpi'],
-                 'extras': {'ranks': 2, 'local_batch_size': 4}},
-            ],
-        },
+site_configuration = venv_configuration(
+    __file__,
+    descr='Any Linux machine (site profile site_profiles/local)',
+    partitions=[
+        {**_partition, 'name': 'default', 'launcher': 'local',
+         'descr': 'local processes, one rank', 'features': ['mlperf']},
+        {**_partition, 'name': 'mpi', 'launcher': 'mpirun',
+         'descr': 'local processes under mpirun', 'features': ['mpi'],
+         'extras': {'ranks': 2, 'local_batch_size': 4}},
     ],
-    'environments': [
-        {
-            'name': 'hpckit-venv',
-            'features': ['hpckit'],
-            'env_vars': [
-                ['PATH', f'"{VENV_BIN}":$PATH'],
-                ['OMP_NUM_THREADS', '$(nproc)'],
-                ['PYTHONUNBUFFERED', '1'],
-            ],
-        },
-    ],
-    'logging': LOGGING,
-    'storage': STORAGE,
-}
+    omp_num_threads='$(nproc)',
+)

@@ -21,57 +21,26 @@ Partition extras (read by reframe_checks/mlperf_base.py):
 import os
 import sys
 
-_here = os.path.dirname(os.path.abspath(__file__))
-sys.path.insert(0, os.path.dirname(_here))   # site_profiles/site_common.py, shared
-from site_common import LOGGING, STORAGE, machine_reference_prefix  # noqa: E402
-REPO = os.path.dirname(os.path.dirname(_here))
-VENV_BIN = os.path.join(REPO, '.venv', 'bin')
+sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+from site_common import env, venv_configuration  # noqa: E402   site_profiles/site_common.py
 
-# see site_profiles/local/settings.py: ReFrame 4.10.4 rejects general/reference_prefix
-os.environ.setdefault('RFM_REFERENCE_PREFIX', machine_reference_prefix(_here))
-
-site_configuration = {
-    'systems': [
-        {
-            'name': 'slurm-local',
-            'descr': 'One-node Slurm cluster on localhost (tests/slurm/cluster.sh)',
-            'hostnames': ['.*'],
-            'prefix': REPO,
-            'partitions': [
-                {
-                    'name': 'debug',
-                    'descr': 'Slurm partition debug, 2 ranks per run through srun',
-                    'scheduler': 'squeue',
-                    'launcher': 'srun',
-                    'access': [f"--partition={os.environ.get('HPCKIT_SLURM_PARTITION', 'debug')}"],
-                    'environs': ['hpckit-venv'],
-                    'features': ['mlperf'],
-                    'max_jobs': 1,
-                    'time_limit': '30m',
-                    'extras': {
-                        'ranks': 2,
-                        'ranks_per_node': 2,
-                        'local_batch_size': 4,
-                        'stage_dir': os.environ.get('HPCKIT_STAGE_DIR', '/tmp/hpckit-stage'),
-                    },
-                },
-            ],
-        },
-    ],
-    'environments': [
-        {
-            'name': 'hpckit-venv',
-            'features': ['hpckit'],
-            'env_vars': [
-                ['PATH', f'"{VENV_BIN}":$PATH'],
-                # intra-op threads per rank: the node's cores shared by its 2 ranks
-                ['OMP_NUM_THREADS', str(max(1, (os.cpu_count() or 2) // 2))],
-                ['PYTHONUNBUFFERED', '1'],
-                # a rank that exits non-zero ends the step: the others do not wait on it
-                ['SLURM_KILL_BAD_EXIT', '1'],
-            ],
-        },
-    ],
-    'logging': LOGGING,
-    'storage': STORAGE,
-}
+site_configuration = venv_configuration(
+    __file__,
+    descr='One-node Slurm cluster on localhost (tests/slurm/cluster.sh)',
+    partitions=[{
+        'name': 'debug',
+        'descr': 'Slurm partition debug, 2 ranks per run through srun',
+        'scheduler': 'squeue',
+        'launcher': 'srun',
+        'access': [f"--partition={env('HPCKIT_SLURM_PARTITION', 'debug')}"],
+        'features': ['mlperf'],
+        'max_jobs': 1,
+        'time_limit': '30m',
+        'extras': {'ranks': 2, 'ranks_per_node': 2, 'local_batch_size': 4,
+                   'stage_dir': env('HPCKIT_STAGE_DIR', '/tmp/hpckit-stage')},
+    }],
+    # intra-op threads per rank: the node's cores shared by its 2 ranks
+    omp_num_threads=str(max(1, (os.cpu_count() or 2) // 2)),
+    # a rank that exits non-zero ends the step: the others do not wait on it
+    env_vars=[['SLURM_KILL_BAD_EXIT', '1']],
+)
