@@ -12,7 +12,7 @@ CONSTRAINTS := -c requirements/constraints-cpu.txt
 run: $(STAMP)
 	$(BIN)/reframe -C site_profiles/local/settings.py -c reframe_checks/ -r
 
-# Performance references for THIS machine (README "Calibrating"): RUNS unjudged runs of the
+# Performance references for THIS machine (docs/acceptance.md "Calibrating"): RUNS unjudged runs of the
 # profile's checks into their own perflog folder, then hpckit references calibrate writes
 # site_profiles/$(PROFILE)/calibrated/<machine key>/references.yaml (REPLACE=1 to redo).
 PROFILE     ?= local

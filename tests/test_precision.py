@@ -46,7 +46,7 @@ def test_bf16_run_is_logged(tmp_path):
 
 @pytest.mark.parametrize("benchmark,framework", [("deepcam", "pytorch"), ("cosmoflow", "tensorflow")])
 def test_bf16_trains_to_the_mini_target(tmp_path, benchmark, framework):
-    """bf16 is the kit's lever for speed on CPUs (README "Speed on CPUs"), so it must train:
+    """bf16 is the kit's lever for speed on CPUs (docs/performance.md), so it must train:
     the mini run in bf16 reaches the mini target well inside the epoch cap (measured on
     the development VM, seed 1: DeepCAM 4 epochs, IoU 0.834, fp32 6; CosmoFlow/TensorFlow 5
     epochs, MAE 0.224, fp32 5). torch.autocast and Keras' mixed_bfloat16 policy each once."""

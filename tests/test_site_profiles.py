@@ -263,7 +263,7 @@ def test_readme(target):
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("spack") is None,
-                    reason="spack is not on PATH (see README: Spack environments)")
+                    reason="spack is not on PATH (see docs/containers-spack.md: Spack)")
 @pytest.mark.parametrize("target", TARGETS)
 def test_spack_concretize(target, tmp_path):
     """`spack concretize` of the environment, in a copy so the checkout stays clean.

@@ -166,7 +166,7 @@ def test_kit_recipe_points_at_this_checkout():
 
 
 @pytest.mark.skipif(shutil.which("spack") is None,
-                    reason="spack is not on PATH (see README: Spack environments)")
+                    reason="spack is not on PATH (see docs/containers-spack.md: Spack)")
 def test_spack_audit_packages(tmp_path):
     conf = tmp_path / "conf"
     conf.mkdir()

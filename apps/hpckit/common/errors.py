@@ -4,7 +4,7 @@ Anything the user can get wrong (a missing file, a corrupt record, a bad config 
 is raised as `KitError`; the CLI prints it as a single line and exits with code 2.
 Everything else is a bug in the kit and keeps its traceback.
 
-Exit codes of every subcommand (README "Exit codes"):
+Exit codes of every subcommand (docs/commands.md "Exit codes"):
   0  success: trained to the target; a check/score verdict that passes
   1  a verdict that does not pass (check: NOT COMPLIANT; score: an invalid set)
   2  bad input: one line on stderr naming the file or key

@@ -250,7 +250,7 @@ def _diagnosed(batches, split: data.SplitFiles, cfg: dict):
 
 def choose_framework(requested: str, device: str = "auto") -> str:
     """`--framework auto` (the default): the CosmoFlow path for this machine, from
-    bench/side_by_side.py (README "Speed on CPUs"): TensorFlow on x86 CPUs with AVX-512
+    bench/side_by_side.py (docs/performance.md): TensorFlow on x86 CPUs with AVX-512
     (as fast as PyTorch with tcmalloc, 1.96 s a full-size step both, and 2.9x faster
     where tcmalloc is missing: its own allocator), PyTorch elsewhere (2.4x the reference's
     TensorFlow on an AVX2-only EPYC; unmeasured on Arm) and on GPUs (the kit's GPU path:
