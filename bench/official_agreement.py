@@ -60,6 +60,9 @@ def main(argv=None) -> int:
     ap.add_argument("--ruleset", required=True, choices=sorted(OFFICIAL_RULESETS))
     ap.add_argument("--orgs", nargs="*", help="only these org folders")
     args = ap.parse_args(argv)
+    if not args.tree.is_dir():
+        print(f"{args.tree}: no such directory", file=sys.stderr)
+        return 2
     orgs = sorted(p for p in args.tree.iterdir() if (p / "results").is_dir() and (p / "systems").is_dir()
                   and (not args.orgs or p.name in args.orgs))
     if not orgs:

@@ -150,3 +150,22 @@ def test_conv_efficiency_bad_argument_is_one_line():
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "conv_efficiency.py"), "--precisions", "fp8"],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "precisions" in proc.stderr, proc.stderr
+
+
+def test_official_agreement_compares_every_set_of_an_org(tmp_path):
+    """The official package checker + summarizer on a copy of one real v2.0 org, against
+    hpckit score on the tree itself: one line per set, the count, and the tree untouched."""
+    tree = REPO.parent / "shared" / "real_logs" / "v2.0"
+    if not (tree / "tacc").is_dir():
+        pytest.skip(f"real v2.0 result folders not present under {tree}")
+    before = sorted((p, p.stat().st_mtime_ns) for p in tree.rglob("*"))
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "official_agreement.py"), tree,
+                           "--ruleset", "hpc-2.0.0", "--orgs", "tacc"], capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines() == [
+        "agree   tacc/longhorn-tf/strong/cosmoflow: kit 140.452831 official 140.452831",
+        f"1 sets agree, 0 differ ({tree}, hpc-2.0.0)"]
+    assert sorted((p, p.stat().st_mtime_ns) for p in tree.rglob("*")) == before
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "official_agreement.py"), tmp_path / "none",
+                          "--ruleset", "hpc-2.0.0"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip() == f"{tmp_path / 'none'}: no such directory"
