@@ -150,3 +150,15 @@ def test_conv_efficiency_bad_argument_is_one_line():
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "conv_efficiency.py"), "--precisions", "fp8"],
                           capture_output=True, text=True, timeout=120, cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "precisions" in proc.stderr, proc.stderr
+
+
+def test_provenance_cost_prints_every_part():
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "provenance_cost.py"), "--repeat", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^# CPU: .* flags .*; load average ", proc.stdout, re.M), proc.stdout
+    for part in ("installed_packages", "kit", "cpu", "gpu", "collect"):
+        assert re.search(rf"^{part}\s+{NUMBER}\s+{NUMBER}$", proc.stdout, re.M), proc.stdout
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "provenance_cost.py"), "--repeat", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--repeat 0" in bad.stderr

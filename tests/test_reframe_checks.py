@@ -334,3 +334,46 @@ def test_calibrated_references_catch_throttled_storage(tmp_path):
                 group.rmdir()
             except OSError:
                 pass
+
+
+@pytest.mark.slow
+def test_a_fail_names_the_package_that_changed_since_calibration(full_run, tmp_path):
+    """Provenance end to end: the `make run` session's perflogs carry each run's recorded
+    stack; `hpckit references calibrate` writes it into the references' header; then one
+    package of the stack is changed for real (another version of a small pure-Python
+    distribution, installed with pip --target and put first on PYTHONPATH, which is what
+    `import` and importlib.metadata then see in the job) and DeepCAMCheck reruns on half
+    the cores against zero-tolerance references: it FAILs on performance, and the FAIL
+    names the package with both versions. Also: the rerun's perflog records the new stack."""
+    from importlib import metadata
+    from test_provenance import SHADOWED, other_version, pip_target
+    base, rc, out = full_run
+    assert rc == 0, out
+    if len(os.sched_getaffinity(0)) < 2:
+        pytest.skip('needs 2 CPUs to take half of them away')
+    refs = tmp_path / 'refs' / 'references.yaml'
+    proc = subprocess.run([sys.executable, '-m', 'hpckit', 'references', 'calibrate', '--perflog',
+                           str(base / 'rfm' / 'perflogs'), '--out', str(refs), '--min-runs', '1', '--floor', '0',
+                           '--ceiling', '0', '--resolution', 's=0', '--resolution', 'min=0'],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    from hpckit.common.provenance import parse_header
+    calibrated = parse_header(refs.read_text())
+    old, new = metadata.version(SHADOWED), other_version(SHADOWED)
+    assert calibrated and f'{SHADOWED}=={old}' in calibrated['packages']
+
+    pip_target(tmp_path / 'site-upgrade', f'{SHADOWED}=={new}')
+    path = os.pathsep.join(p for p in (str(tmp_path / 'site-upgrade'), os.environ.get('PYTHONPATH')) if p)
+    half = sorted(os.sched_getaffinity(0))[: len(os.sched_getaffinity(0)) // 2]
+    rc, out = reframe(tmp_path / 'rerun', '-r', '-n', 'DeepCAMCheck', env={'RFM_REFERENCE_PREFIX': str(refs.parent),
+                                                                           'PYTHONPATH': path},
+                      timeout=TRAINING_TIMEOUT_S, wrapper=('taskset', '-c', ','.join(map(str, half))))
+    assert rc != 0, out
+    assert re.search(r'^\[\s+FAIL \] \(\d/2\) DeepCAMCheck %framework=pytorch ', out, re.M), out
+    m = re.search(r'the software stack differs from the one the references were calibrated with: (.*)$', out, re.M)
+    assert m and f'{SHADOWED} {old} -> {new}' in m.group(1).split('; '), out
+    assert 'failed to meet reference(s)' in out
+    stacks = {line.rsplit('|', 1)[1] for log in (tmp_path / 'rerun' / 'rfm' / 'perflogs').rglob('DeepCAMCheck*.log')
+              for line in log.read_text().splitlines()[1:]}
+    assert len(stacks) == 1 and f'{SHADOWED}=={new}' in json.loads(stacks.pop())['packages']
+    print(f'FAIL message: {m.group(0)}')

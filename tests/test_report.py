@@ -194,6 +194,9 @@ def test_report_of_published_set(tmp_path):
         assert float(cell(r, "ratio")["value"]) > 1  # staging takes several epochs' time on this system
     budget = next(r for r in t.tables["budget"] if "site" in r["class"].split())
     assert float(cell(budget, "unit-hours-score")["value"]) == pytest.approx(kit / 60 * 128)
+    # published logs as site runs recorded no provenance, and the table says so
+    prov = t.tables["provenance"]
+    assert len(prov) == 10 and all(r["cells"][1]["text"] == "not recorded" for r in prov)
 
     perf_rows = t.tables["perflog"]
     assert len(perf_rows) == 6  # six variables of one check; the fixture's null line is skipped
@@ -253,6 +256,16 @@ def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_pat
 
     perf = {r["cells"][2]["text"] for r in t.tables["perflog"]}
     assert perf == {"time_to_train", "staging_time", "train_throughput", "eval_throughput", "epochs"}
+    # each run's recorded stack (summary.json): one stack for both runs, with its packages
+    from hpckit.common.provenance import stack, stack_digest
+    prov = t.tables["provenance"]
+    assert len(prov) == 2
+    for run in runs:
+        recorded = json.loads((run / "summary.json").read_text())["provenance"]
+        row = next(r for r in prov if r["cells"][0]["text"].endswith(run.name))
+        assert row["cells"][1]["text"] == stack_digest(stack(recorded))
+        assert row["cells"][5]["text"] == f"{recorded['packages']['count']}, sha256 {recorded['packages']['sha256'][:12]}"
+        assert row["cells"][9]["text"] == recorded["cpu"]["model"]
     check_images(out, t)
     shot = screenshot(out, tmp_path)
     shutil.copy(shot, tmp_path_factory.getbasetemp() / "report-screenshot.png")
