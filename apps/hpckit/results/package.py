@@ -274,7 +274,7 @@ def software_fields(provs: dict, desc: dict, packaged_as: str) -> dict:
     other["python"] = str((first.get("python") or {}).get("version"))
     for dist in ("mlperf-logging", "numpy", "keras", "h5py", "horovod"):
         if fw.get(dist):
-            other[dist] = str(fw[dist])
+            other[dist.replace("-", "_")] = str(fw[dist])   # the profiles' spelling (mlperf_logging)
     for key in ("torch_cuda", "torch_cudnn", "tensorflow_cuda", "tensorflow_cudnn"):
         if fw.get(key):
             other[key.replace("_", " ")] = str(fw[key])
