@@ -271,6 +271,32 @@ def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_pat
     shutil.copy(shot, tmp_path_factory.getbasetemp() / "report-screenshot.png")
 
 
+def test_provenance_table_names_what_differs_between_runs(tmp_path):
+    """Two kit runs whose recorded stacks differ by one package: a row each with its own
+    stack digest, and the difference named under the table."""
+    from hpckit.common.provenance import collect, stack, stack_digest
+    from test_score import write_log
+    prov = collect("pytorch")
+    numpy = next(p for p in prov["packages"]["list"] if p.startswith("numpy=="))
+    upgraded = {**prov, "packages": {**prov["packages"], "sha256": "0" * 64,
+                                     "list": [p if p != numpy else "numpy==9.9.9" for p in prov["packages"]["list"]]}}
+    runs = []
+    for i, p in enumerate((prov, upgraded)):
+        run = tmp_path / f"run{i}"
+        run.mkdir()
+        write_log(run / "mlperf.log", minutes=1.0 + i, start=10_000_000 * (i + 1), nodes=1)
+        (run / "summary.json").write_text(json.dumps({"provenance": p}))
+        runs.append(run)
+    proc = run_hpckit("report", *runs, "--out", tmp_path / "report")
+    assert proc.returncode == 0, proc.stderr
+    t = parse_report(tmp_path / "report")
+    rows = {r["cells"][0]["text"].split()[-1]: r["cells"] for r in t.tables["provenance"]}
+    assert rows["run0"][1]["text"] == stack_digest(stack(prov)) != rows["run1"][1]["text"]
+    html_text = (tmp_path / "report" / "index.html").read_text()
+    assert "2 distinct stack(s) among 2 runs" in html_text
+    assert f"numpy {numpy[7:]} -&gt; 9.9.9</li>" in html_text
+
+
 # ---- bad input ------------------------------------------------------------------------------
 
 def test_bad_inputs_one_line(tmp_path):

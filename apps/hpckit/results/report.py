@@ -479,8 +479,8 @@ def provenance_section(facts: list) -> str:
     """Per site run, the software stack and machine it recorded (hpckit.common.provenance:
     summary.json beside the log, else the log's hpckit_provenance line), `table#provenance`;
     runs whose stacks differ are told apart by the stack digest."""
-    from hpckit.common.provenance import of_run, stack, stack_digest
-    rows, digests = [], set()
+    from hpckit.common.provenance import differences, of_run, stack, stack_digest
+    rows, digests, stacks = [], set(), {}
     for f in facts:
         if f.origin != "site":
             continue
@@ -488,6 +488,8 @@ def provenance_section(facts: list) -> str:
         kit, pk, c = prov.get("kit") or {}, prov.get("packages") or {}, prov.get("container") or {}
         s = stack(prov)
         digests.add(stack_digest(s) if s else None)
+        if s:
+            stacks.setdefault(stack_digest(s), s)
         fw = prov.get("frameworks") or {}
         commit = kit.get("commit")
         cells = [_short(f), (stack_digest(s) if s else "not recorded"),
@@ -504,12 +506,17 @@ def provenance_section(facts: list) -> str:
         rows.append(f'<tr class="provenance"><td class="name" title="{html.escape(f.name)}">{html.escape(cells[0])}'
                     "</td>" + "".join(_cell(v) for v in cells[1:]) + "</tr>")
     distinct = digests - {None}
+    first = next(iter(stacks), None)
+    changes = "".join(f'<li>{html.escape(d)} against {html.escape(first)}: '
+                      f'{html.escape("; ".join(differences(stacks[first], s)) or "digests differ")}</li>'
+                      for d, s in list(stacks.items())[1:])
     return ("<h2>Provenance</h2>"
             f'<p class="note">The software stack and machine each site run recorded when it ran '
             f"(hpckit_provenance); {len(distinct)} distinct stack(s) among {len(rows)} runs"
             f"{'' if None not in digests else ' (some recorded none: logs from before hpckit_provenance)'}.</p>"
             + _table("provenance", ["run", "stack", "kit", "python", "frameworks", "packages", "spack.lock",
-                                    "container", "host", "CPU", "GPU"], rows))
+                                    "container", "host", "CPU", "GPU"], rows)
+            + (f'<ul id="stack-changes">{changes}</ul>' if changes else ""))
 
 
 def main(args) -> int:
