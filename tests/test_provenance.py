@@ -55,6 +55,9 @@ def test_collect_records_this_process():
                                 capture_output=True, text=True)
         if head.returncode == 0:
             assert p["kit"]["commit"] == head.stdout.strip()
+            # without git (or where git refuses the checkout) HEAD is read from the files
+            # (a worktree's .git file, loose or packed refs)
+            assert prov._head_from_files(REPO / ".git") == head.stdout.strip()
             assert p["kit"]["dirty"] is bool(status.stdout.strip())
             assert ("dirty_sha256" in p["kit"]) is p["kit"]["dirty"]
     from hpckit.common import cores
@@ -216,3 +219,22 @@ def test_log_and_summary_readers(tmp_path):
     assert prov.of_run(run / "mlperf.log") == p                      # with it: the package list too
     assert prov.from_log(tmp_path / "missing.log") is None
     assert "packages sha256" in prov.summary_line(p) and prov.summary_line(None) == "not recorded"
+
+
+def test_head_from_files_reads_loose_and_packed_refs(tmp_path):
+    import shutil
+    if shutil.which("git") is None:
+        pytest.skip("git is not installed")
+    repo = tmp_path / "r"
+    env = {**os.environ, "GIT_AUTHOR_NAME": "t", "GIT_AUTHOR_EMAIL": "t@t", "GIT_COMMITTER_NAME": "t",
+           "GIT_COMMITTER_EMAIL": "t@t"}
+    for args in (["init", "-q", str(repo)], ["-C", str(repo), "commit", "-q", "--allow-empty", "-m", "x"]):
+        subprocess.run(["git", *args], check=True, env=env, capture_output=True)
+    head = subprocess.run(["git", "-C", str(repo), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    assert prov._head_from_files(repo / ".git") == head                       # loose ref
+    subprocess.run(["git", "-C", str(repo), "pack-refs", "--all"], check=True, capture_output=True)
+    assert not any((repo / ".git" / "refs" / "heads").iterdir())
+    assert prov._head_from_files(repo / ".git") == head                       # packed ref
+    subprocess.run(["git", "-C", str(repo), "checkout", "-q", "--detach"], check=True, capture_output=True)
+    assert prov._head_from_files(repo / ".git") == head                       # detached HEAD
+    assert prov._head_from_files(tmp_path / "none" / ".git") is None

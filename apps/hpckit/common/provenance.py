@@ -100,6 +100,34 @@ def packages_digest(packages: list[str]) -> str:
     return hashlib.sha256("\n".join(packages).encode()).hexdigest()
 
 
+def _head_from_files(dotgit: Path) -> str | None:
+    """The commit HEAD names, read from the repository's files (a worktree's `.git` file
+    points at its git dir; refs may be loose or packed)."""
+    gitdir = dotgit
+    if dotgit.is_file():
+        text = _read(dotgit) or ""
+        if not text.startswith("gitdir:"):
+            return None
+        gitdir = (dotgit.parent / text.split(":", 1)[1].strip()).resolve()
+    common = gitdir
+    if (gitdir / "commondir").is_file():
+        common = (gitdir / (_read(gitdir / "commondir") or ".").strip()).resolve()
+    head = (_read(gitdir / "HEAD") or "").strip()
+    if re.fullmatch(r"[0-9a-f]{40}", head):
+        return head
+    if not head.startswith("ref: "):
+        return None
+    ref = head[5:].strip()
+    loose = (_read(common / ref) or _read(gitdir / ref) or "").strip()
+    if re.fullmatch(r"[0-9a-f]{40}", loose):
+        return loose
+    for line in (_read(common / "packed-refs", 1 << 24) or "").splitlines():
+        sha, _, name = line.partition(" ")
+        if name.strip() == ref and re.fullmatch(r"[0-9a-f]{40}", sha):
+            return sha
+    return None
+
+
 def kit() -> dict:
     """The kit's version and the commit of the tree it was imported from."""
     import hpckit
@@ -123,8 +151,10 @@ def kit() -> dict:
                     diff = _run(["git", "-C", str(root), "diff", "HEAD", "--no-ext-diff", "--binary"])
                     if diff is not None:
                         out["dirty_sha256"] = hashlib.sha256(diff.encode()).hexdigest()
-        else:
-            out["git_error"] = "git rev-parse HEAD failed (no git, or a repository git refuses)"
+        else:   # no git binary, or a checkout git refuses (another owner): read HEAD itself
+            out["commit"] = _head_from_files(root / ".git")
+            out["git_error"] = "git rev-parse HEAD failed (no git, or a repository git refuses); " + (
+                "commit read from .git, dirty state unknown" if out["commit"] else "commit unknown")
         return out
     try:   # installed from a VCS URL: pip records the commit (PEP 610)
         direct = json.loads(metadata.distribution("mlperf-hpc-kit").read_text("direct_url.json") or "{}")
