@@ -38,7 +38,7 @@ import reframe.utility.sanity as sn
 import reframe.utility.typecheck as typ
 from reframe.core.builtins import (performance_function, run_after, run_before,
                                    sanity_function, variable)
-from reframe.core.exceptions import SanityError
+from reframe.core.exceptions import PerformanceError, SanityError
 
 from profile_environment import ProfileEnvironment
 
@@ -105,6 +105,31 @@ def assert_converged(summary):
                       f"after {summary.get('epochs')} epochs")
 
 
+def recorded_stack(summary_path):
+    """The software stack the run recorded (summary.json's provenance block, reduced by
+    hpckit.common.provenance.stack), as one line of JSON for the perflog; '' when there is
+    none or hpckit is not importable by ReFrame's Python."""
+    try:
+        from hpckit.common.provenance import stack
+        with open(summary_path) as f:
+            found = stack(json.load(f).get('provenance'))
+    except (ImportError, OSError, ValueError, AttributeError):
+        return ''
+    return json.dumps(found, separators=(',', ':')).replace('|', '/') if found else ''
+
+
+def stack_change(references_path, stack_json):
+    """What differs between the stack the references were calibrated with (their header,
+    written by `hpckit references calibrate`) and the one this run recorded: one line, or ''."""
+    try:
+        from hpckit.common.provenance import describe_change, parse_header
+        with open(references_path) as f:
+            calibrated = parse_header(f.read())
+        return describe_change(calibrated, json.loads(stack_json)) if stack_json else ''
+    except (ImportError, OSError, ValueError):
+        return ''
+
+
 def site_dataset(partition, benchmark):
     """The partition's dataset path for `benchmark` (extras: data: {benchmark: path}), or ''."""
     return (partition.extras.get('data') or {}).get(benchmark, '')
@@ -162,10 +187,14 @@ class MLPerfDataset(rfm.RunOnlyRegressionTest, ProfileEnvironment):
         ])
 
 
-class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment):
+class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True):
     """Train one benchmark to its quality target, check the log's compliance, time it.
 
     A subclass sets `benchmark`, a `framework` parameter and a `dataset` fixture.
+
+    `special=True` (ReFrame's documented way to extend a pipeline stage): check_performance
+    adds to a performance FAIL what differs between the software stack the references
+    were calibrated with and the one this run recorded (hpckit.common.provenance).
     """
 
     benchmark = variable(str)
@@ -178,6 +207,9 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment):
     # a regression check trains deterministically (same seed, same curve and epochs: time
     # to train measures the system, not the training's luck); a campaign does not
     deterministic = variable(typ.Bool, value=True)
+    # the software stack this run recorded (summary.json provenance, one line of JSON), set
+    # after the run; logged in the perflog (site_common.PERFLOG_FORMAT) for calibration
+    stack = variable(str, value='')
 
     valid_systems = ['+mlperf']
     valid_prog_environs = ['+hpckit']
@@ -250,6 +282,24 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment):
             *(sn.assert_in(key, self.summary, msg='summary.json has no {0!r}')
               for key in self.summary_keys),
         ])
+
+    @run_before('performance')
+    def record_stack(self):
+        self.stack = recorded_stack(os.path.join(self.stagedir, 'out', 'summary.json'))
+
+    def references_path(self):
+        from reframe.core.runtime import runtime
+        prefix = runtime().get_option('general/0/reference_prefix') or self.prefix
+        return os.path.join(prefix, REFERENCES_FILE)
+
+    def check_performance(self):
+        try:
+            super().check_performance()
+        except PerformanceError as e:
+            change = stack_change(self.references_path(), self.stack)
+            if not change:
+                raise
+            raise PerformanceError(f'{e}\n      {change}') from None
 
     @performance_function('min')
     def time_to_train(self):

@@ -12,8 +12,10 @@ another environment while this module stays imported.
 
 Perflogs: one file per test under <prefix>/perflogs/<system>/<partition>/, one line per performance
 variable: completion time, result, test, environment, config, seed, variable, value,
-unit, reference, lower and upper thresholds, verdict, node list ('|'-separated; ReFrame
-writes the format as the file's first line, which `hpckit report` reads).
+unit, reference, lower and upper thresholds, verdict, node list, and the software stack the
+run recorded (one line of JSON: hpckit.common.provenance.stack, which `hpckit references
+calibrate` writes into the references' header) ('|'-separated; ReFrame writes the format
+as the file's first line, which `hpckit report` reads).
 """
 
 PERFLOG_FORMAT = ('%(check_job_completion_time)s|%(check_result)s|'
@@ -22,7 +24,7 @@ PERFLOG_FORMAT = ('%(check_job_completion_time)s|%(check_result)s|'
                   '%(check_perf_value)s|%(check_perf_unit)s|'
                   '%(check_perf_ref)s|%(check_perf_lower_thres)s|'
                   '%(check_perf_upper_thres)s|%(check_perf_result)s|'
-                  '%(check_job_nodelist)s')
+                  '%(check_job_nodelist)s|%(check_stack)s')
 
 import os
 import sys

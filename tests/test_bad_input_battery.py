@@ -97,7 +97,7 @@ def pristine(tmp_path_factory, server):
     from site_common import PERFLOG_FORMAT
     header = "|".join(f.split("(check_")[1].split(")")[0] for f in PERFLOG_FORMAT.split("|"))
     lines = [header] + [f"2026-11-22T10:0{i}:00|pass|CosmoFlowCheck %framework=pytorch|hpckit-venv|mini|0|"
-                        f"time_to_train|{1 + i / 10}|min|0|null|null|pass|vm" for i in range(3)]
+                        f"time_to_train|{1 + i / 10}|min|0|null|null|pass|vm|null" for i in range(3)]
     (perf / "CosmoFlowCheck.log").write_text("\n".join(lines) + "\n")
     return root
 
@@ -592,6 +592,11 @@ case("references-garbage-perflog", [*REF, "--perflog", "{t}/p.log", "--out", "{t
      setup=lambda d: _write(d["t"] / "p.log", "not|a|perflog\n"))
 case("references-non-utf8-perflog", [*REF, "--perflog", "{t}/p.log", "--out", "{t}/r.yaml"], "{t}/p.log",
      setup=lambda d: _write(d["t"] / "p.log", b"\xff\xfe\n"))
+case("references-stack-not-json", [*REF, "--perflog", "{t}/p", "--out", "{t}/r.yaml"], "line 2", "stack",
+     setup=lambda d: (d["t"] / "p" / "local" / "default").mkdir(parents=True) or _write(
+         d["t"] / "p" / "local" / "default" / "C.log", (
+         "job_completion_time|display_name|perf_var|perf_value|perf_unit|stack\n"
+         "2026-11-22T10:00:00|CosmoFlowCheck|epochs|5|epochs|{not json\n")))
 case("references-out-exists", [*REF, "--perflog", "{perflogs}", "--out", "{t}/r.yaml"], "{t}/r.yaml",
      uses=("perflogs",), setup=lambda d: _write(d["t"] / "r.yaml", "keep"))
 case("references-out-is-a-dir", [*REF, "--perflog", "{perflogs}", "--out", "{t}", "--replace"], "{t}",

@@ -169,3 +169,15 @@ def test_official_agreement_compares_every_set_of_an_org(tmp_path):
     bad = subprocess.run([sys.executable, str(REPO / "bench" / "official_agreement.py"), tmp_path / "none",
                           "--ruleset", "hpc-2.0.0"], capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.strip() == f"{tmp_path / 'none'}: no such directory"
+
+
+def test_provenance_cost_prints_every_part():
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "provenance_cost.py"), "--repeat", "1"],
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 0, proc.stderr
+    assert re.search(r"^# CPU: .* flags .*; load average ", proc.stdout, re.M), proc.stdout
+    for part in ("installed_packages", "kit", "cpu", "gpu", "collect"):
+        assert re.search(rf"^{part}\s+{NUMBER}\s+{NUMBER}$", proc.stdout, re.M), proc.stdout
+    bad = subprocess.run([sys.executable, str(REPO / "bench" / "provenance_cost.py"), "--repeat", "0"],
+                         capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--repeat 0" in bad.stderr

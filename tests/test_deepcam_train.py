@@ -90,6 +90,14 @@ def test_mini_converges_well_above_all_background(tmp_path_factory):
     assert events[-1]["key"] == "run_stop" and events[-1]["metadata"]["status"] == "success"
     for key in ("number_of_ranks", "checkpoint", "target_accuracy_reached"):
         assert keys.count(key) == 1, key
+    # provenance, recorded by the run: one hpckit_provenance line inside the init phase (the
+    # compliance verdicts below read the log with it), summary.json's block with the list
+    assert keys.count("hpckit_provenance") == 1 and keys.index("init_start") < keys.index(
+        "hpckit_provenance") < keys.index("init_stop")
+    logged = events[keys.index("hpckit_provenance")]["value"]
+    assert {**logged, "packages": None} == {**s["provenance"], "packages": None}
+    assert logged["packages"] == {k: v for k, v in s["provenance"]["packages"].items() if k != "list"}
+    assert len(s["provenance"]["packages"]["list"]) == logged["packages"]["count"] > 0
     # every epoch: the reference's end-of-training events, then throughput; eval_loss after
     # eval_accuracy inside the evaluation (trainer.py:114-116, validation.py:86-87)
     epochs = keys.count("epoch_start")

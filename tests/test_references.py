@@ -4,6 +4,7 @@ end-to-end case with real ReFrame runs is in test_reframe_checks.py)."""
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -18,17 +19,27 @@ from site_common import PERFLOG_FORMAT  # noqa: E402
 HEADER = "|".join(f.split("(check_")[1].split(")")[0] for f in PERFLOG_FORMAT.split("|"))
 
 
-def line(when, var, value, unit, check="CosmoFlowCheck %framework=pytorch", result="pass"):
-    return f"{when}|{result}|{check}|hpckit-venv|mini|0|{var}|{value}|{unit}|0|null|null|{result}|vm"
+def this_stack() -> dict:
+    """The software stack of this test process, as a run records it (common/provenance.py)."""
+    from hpckit.common import provenance
+    return provenance.stack(provenance.collect())
 
 
-def perflog(folder: Path, runs: list[dict], check="CosmoFlowCheck %framework=pytorch") -> Path:
+STACK = json.dumps(this_stack(), separators=(",", ":"))
+
+
+def line(when, var, value, unit, check="CosmoFlowCheck %framework=pytorch", result="pass", stack=STACK):
+    return f"{when}|{result}|{check}|hpckit-venv|mini|0|{var}|{value}|{unit}|0|null|null|{result}|vm|{stack}"
+
+
+def perflog(folder: Path, runs: list[dict], check="CosmoFlowCheck %framework=pytorch", stacks=None) -> Path:
     path = folder / "local" / "default" / f"{check.split()[0]}.log"
     path.parent.mkdir(parents=True, exist_ok=True)
     lines = [HEADER]
     for i, figures in enumerate(runs):
         for var, (value, unit) in figures.items():
-            lines.append(line(f"2026-11-22T10:0{i}:00", var, value, unit, check))
+            lines.append(line(f"2026-11-22T10:0{i}:00", var, value, unit, check,
+                              stack=stacks[i] if stacks else STACK))
     lines.append(line("2026-11-22T11:00:00", "time_to_train", "null", "min", check, result="fail"))  # sanity failed
     path.write_text("\n".join(lines) + "\n")
     return folder
@@ -47,6 +58,10 @@ def test_median_and_tolerance_from_the_spread(tmp_path):
     text = out.read_text()
     assert text.startswith("# Performance references calibrated by `hpckit references calibrate`")
     assert "machine key" in text and "flags" in text and "torch" in text
+    # the runs' recorded stack, readable back from the header (what a FAILing check compares)
+    from hpckit.common.provenance import parse_header
+    assert parse_header(text) == json.loads(STACK)
+    assert f"#   stack.packages_sha256: {json.loads(STACK)['packages_sha256']}\n" in text
     refs = yaml.safe_load(text)["CosmoFlowCheck"]
     assert refs["$index"] == ["$partition", "config", "framework"]
     entry = refs["local:default"]["mini"]["pytorch"]
@@ -145,3 +160,26 @@ def test_profile_uses_only_this_machines_references(tmp_path, capsys):
     (mine / "references.yaml").write_text("x: 1\n")
     assert machine_reference_prefix(str(profile)) == str(mine)
     assert capsys.readouterr().err == ""
+
+
+def test_runs_of_two_stacks_are_refused_and_old_perflogs_say_not_recorded(tmp_path):
+    """References tie a machine's figures to one software stack: perflog lines of two
+    stacks (here a package upgraded between runs) are refused in one line naming the
+    package; perflogs from before the `stack` field give a header that says so."""
+    other = json.loads(STACK)
+    other["packages"] = [p if not p.startswith("numpy==") else "numpy==0.0.1" for p in other["packages"]]
+    other["packages_sha256"] = "0" * 64
+    logs = perflog(tmp_path / "mixed", runs([1.0, 1.1, 0.9], [100, 104, 98]),
+                   stacks=[STACK, STACK, json.dumps(other)])
+    out = tmp_path / "r.yaml"
+    proc = run_hpckit("references", "calibrate", "--perflog", logs, "--out", out)
+    assert proc.returncode == 2 and proc.stderr.count("\n") == 1 and "Traceback" not in proc.stderr
+    numpy = next(p for p in json.loads(STACK)["packages"] if p.startswith("numpy=="))
+    assert "2 different software stacks" in proc.stderr and f"numpy {numpy[7:]} -> 0.0.1" in proc.stderr, proc.stderr
+    assert not out.exists()
+    old = perflog(tmp_path / "old", runs([1.0, 1.1, 0.9], [100, 104, 98]), stacks=["null"] * 3)
+    assert run_hpckit("references", "calibrate", "--perflog", old, "--out", out).returncode == 0
+    text = out.read_text()
+    assert "# Software stack: not recorded" in text and "stack.packages" not in text
+    from hpckit.common.provenance import parse_header
+    assert parse_header(text) is None

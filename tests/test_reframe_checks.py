@@ -334,3 +334,66 @@ def test_calibrated_references_catch_throttled_storage(tmp_path):
                 group.rmdir()
             except OSError:
                 pass
+
+
+
+# A DeepCAM config small enough for a check to run in seconds: the mini network on 32 x 48
+# fields, 32/16 samples, and a target the first epoch reaches (the provenance test below
+# is about what a FAIL says, not about convergence). `hpckit check --ruleset mini --config`
+# judges it by its own sizes and target.
+TINY_DEEPCAM = """base: mini
+data:
+  n_train: 32
+  n_valid: 16
+  height: 32
+  width: 48
+train:
+  target_iou: 0.05
+"""
+
+
+@pytest.mark.slow
+def test_a_fail_names_the_package_that_changed_since_calibration(tmp_path):
+    """Provenance end to end, with real ReFrame runs: a DeepCAMCheck run's perflog carries
+    the stack the run recorded; `hpckit references calibrate` writes it into the
+    references' header (zero tolerance); then one package is changed for real (another
+    version of a small pure-Python distribution, installed with pip --target first on
+    PYTHONPATH: what `import` and importlib.metadata see in the job) and the check reruns
+    with a target just above the IoU the calibration run stopped at, so it trains more
+    epochs (deterministic on one machine: the same seed, threads and data) and FAILs on
+    performance; the FAIL names the package with both versions, and the rerun's perflog
+    records the new stack."""
+    from importlib import metadata
+    from test_provenance import SHADOWED, other_version, pip_target
+    old, new = metadata.version(SHADOWED), other_version(SHADOWED)
+    pip_target(tmp_path / 'site-upgrade', f'{SHADOWED}=={new}')   # first: a skip costs nothing
+    config = tmp_path / 'tiny.yaml'
+    config.write_text(TINY_DEEPCAM)
+    args = ('-r', '-n', 'DeepCAMCheck', '-S', f'config={config}', '-S', 'ruleset=mini')
+    rc, out = reframe(tmp_path / 'calibration', *args, timeout=TRAINING_TIMEOUT_S)
+    assert rc == 0, out
+    refs = tmp_path / 'refs' / 'references.yaml'
+    proc = subprocess.run([sys.executable, '-m', 'hpckit', 'references', 'calibrate', '--perflog',
+                           str(tmp_path / 'calibration' / 'rfm' / 'perflogs'), '--out', str(refs), '--min-runs', '1',
+                           '--floor', '0', '--ceiling', '0', '--resolution', 's=0', '--resolution', 'min=0'],
+                          capture_output=True, text=True, cwd=REPO)
+    assert proc.returncode == 0, proc.stderr
+    from hpckit.common.provenance import parse_header
+    calibrated = parse_header(refs.read_text())
+    assert calibrated and f'{SHADOWED}=={old}' in calibrated['packages'], refs.read_text()[:3000]
+    [summary] = kept_summaries(tmp_path / 'calibration').values()
+    assert summary['epochs'] == 1 and summary['provenance']['packages']['list'] == calibrated['packages']
+
+    harder = f"train.target_iou={summary['final_eval_accuracy'] + 1e-4:.6f}"
+    path = os.pathsep.join(p for p in (str(tmp_path / 'site-upgrade'), os.environ.get('PYTHONPATH')) if p)
+    rc, out = reframe(tmp_path / 'rerun', *args, '-S', f'DeepCAMCheck.overrides={harder}',
+                      env={'RFM_REFERENCE_PREFIX': str(refs.parent), 'PYTHONPATH': path}, timeout=TRAINING_TIMEOUT_S)
+    assert rc != 0, out
+    assert re.search(r'^\[\s+FAIL \] \(\d/2\) DeepCAMCheck %framework=pytorch ', out, re.M), out
+    assert 'failed to meet reference(s)' in out and re.search(r'epochs=\d+ epochs, expected 1(?:\.0)? ', out), out
+    m = re.search(r'the software stack differs from the one the references were calibrated with: (.*)$', out, re.M)
+    assert m and m.group(1).split('; ') == [f'{SHADOWED} {old} -> {new}'], out
+    stacks = {line.rsplit('|', 1)[1] for log in (tmp_path / 'rerun' / 'rfm' / 'perflogs').rglob('DeepCAMCheck*.log')
+              for line in log.read_text().splitlines()[1:]}
+    assert len(stacks) == 1 and f'{SHADOWED}=={new}' in json.loads(stacks.pop())['packages']
+    print(f'FAIL message: {m.group(0)}')

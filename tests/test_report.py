@@ -194,6 +194,9 @@ def test_report_of_published_set(tmp_path):
         assert float(cell(r, "ratio")["value"]) > 1  # staging takes several epochs' time on this system
     budget = next(r for r in t.tables["budget"] if "site" in r["class"].split())
     assert float(cell(budget, "unit-hours-score")["value"]) == pytest.approx(kit / 60 * 128)
+    # published logs as site runs recorded no provenance, and the table says so
+    prov = t.tables["provenance"]
+    assert len(prov) == 10 and all(r["cells"][1]["text"] == "not recorded" for r in prov)
 
     perf_rows = t.tables["perflog"]
     assert len(perf_rows) == 6  # six variables of one check; the fixture's null line is skipped
@@ -253,9 +256,45 @@ def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_pat
 
     perf = {r["cells"][2]["text"] for r in t.tables["perflog"]}
     assert perf == {"time_to_train", "staging_time", "train_throughput", "eval_throughput", "epochs"}
+    # each run's recorded stack (summary.json): one stack for both runs, with its packages
+    from hpckit.common.provenance import stack, stack_digest
+    prov = t.tables["provenance"]
+    assert len(prov) == 2
+    for run in runs:
+        recorded = json.loads((run / "summary.json").read_text())["provenance"]
+        row = next(r for r in prov if r["cells"][0]["text"].endswith(run.name))
+        assert row["cells"][1]["text"] == stack_digest(stack(recorded))
+        assert row["cells"][5]["text"] == f"{recorded['packages']['count']}, sha256 {recorded['packages']['sha256'][:12]}"
+        assert row["cells"][9]["text"] == recorded["cpu"]["model"]
     check_images(out, t)
     shot = screenshot(out, tmp_path)
     shutil.copy(shot, tmp_path_factory.getbasetemp() / "report-screenshot.png")
+
+
+def test_provenance_table_names_what_differs_between_runs(tmp_path):
+    """Two kit runs whose recorded stacks differ by one package: a row each with its own
+    stack digest, and the difference named under the table."""
+    from hpckit.common.provenance import collect, stack, stack_digest
+    from test_score import write_log
+    prov = collect("pytorch")
+    numpy = next(p for p in prov["packages"]["list"] if p.startswith("numpy=="))
+    upgraded = {**prov, "packages": {**prov["packages"], "sha256": "0" * 64,
+                                     "list": [p if p != numpy else "numpy==9.9.9" for p in prov["packages"]["list"]]}}
+    runs = []
+    for i, p in enumerate((prov, upgraded)):
+        run = tmp_path / f"run{i}"
+        run.mkdir()
+        write_log(run / "mlperf.log", minutes=1.0 + i, start=10_000_000 * (i + 1), nodes=1)
+        (run / "summary.json").write_text(json.dumps({"provenance": p}))
+        runs.append(run)
+    proc = run_hpckit("report", *runs, "--out", tmp_path / "report")
+    assert proc.returncode == 0, proc.stderr
+    t = parse_report(tmp_path / "report")
+    rows = {r["cells"][0]["text"].split()[-1]: r["cells"] for r in t.tables["provenance"]}
+    assert rows["run0"][1]["text"] == stack_digest(stack(prov)) != rows["run1"][1]["text"]
+    html_text = (tmp_path / "report" / "index.html").read_text()
+    assert "2 distinct stack(s) among 2 runs" in html_text
+    assert f"numpy {numpy[7:]} -&gt; 9.9.9</li>" in html_text
 
 
 # ---- bad input ------------------------------------------------------------------------------

@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hpckit.common import cores, determinism, memory, precision, staging
+from hpckit.common import cores, determinism, memory, precision, provenance, staging
 from hpckit.common.config import flatten
 from hpckit.common import dist
 from hpckit.common.dist import Ranks
@@ -298,6 +298,8 @@ class MLPerfRun:
         self.keep_staged = launched.keep_staged
         self.stop_reason: str | None = None   # why a run stopped early (diverged)
         self.staged_made: list[Path] = []   # what staging created on this node, removed at the end
+        # the stack and machine this run is made with, recorded now (common/provenance.py)
+        self.provenance = provenance.collect(framework) if self.ranks.rank == 0 else None
 
     # -- context: nothing is lost -------------------------------------------------------
     def __enter__(self) -> "MLPerfRun":
@@ -367,6 +369,8 @@ class MLPerfRun:
                                          "launcher": self.ranks.launcher, "dist": self.comm.kind,
                                          "cores": self.cores.as_log(), "allocator": self.allocator,
                                          **{k: v for k, v in flatten(self.cfg).items() if k != "name"}})
+        if self.provenance is not None:
+            self.log.event(provenance.LOG_KEY, provenance.log_value(self.provenance))
         for key, value in hyperparameters:
             self.log.event(key, value)
 
@@ -544,6 +548,7 @@ class MLPerfRun:
             "replicas_in_sync": self.replicas_in_sync,
             "cache_clear": self.cache_report,
             "software": software_stack(self.framework),
+            "provenance": self.provenance,
             "mlperf_log": "mlperf.log",
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }

@@ -11,12 +11,18 @@ result logs (`result_*.txt`). The package (the layout the official package check
     DIR/<org>/results/<system>/{strong|weak}/<benchmark>/result_<i>.txt   (i from 0, by run_start)
     DIR/<org>/systems/<system>.json
     DIR/<org>/benchmarks/<benchmark>/implementations/hpckit-<version>/README.md
+    DIR/<org>/benchmarks/<benchmark>/implementations/hpckit-<version>/provenance.json
 
 The logs are copied byte for byte (never edited). The system description comes from the
 site profile's `system.yaml` (every field the official system-description checker
 requires, except `submitter`, `division` and `status`, which come from --org, --division
-and --status) or from --system-json; `number_of_nodes` is set from the runs' logs. Every
-file is written atomically. `--check` then runs the official package checker and result
+and --status) or from --system-json; `number_of_nodes` is set from the runs' logs. The
+software fields (`framework`, `other_software_stack`, `operating_system`) are what the
+runs recorded when the kit made them (their provenance: summary.json beside a kit run's
+mlperf.log, else the log's hpckit_provenance line; hpckit.common.provenance), not what the
+profile claims; runs made with different software stacks are refused, as runs of
+different node counts are. provenance.json holds each result's provenance (the package
+list too where summary.json was beside the log). Every file is written atomically. `--check` then runs the official package checker and result
 summarizer on the package (see hpckit.results.checkers; `mini` = the kit's mini ruleset).
 """
 
@@ -218,14 +224,94 @@ def _hpckit_config(log: Path) -> str | None:
     return None
 
 
-def benchmark_readme(benchmark: str, runs: list, version: str) -> str:
-    commit = _git_commit()
+# ---- provenance: the stack the runs recorded ------------------------------------------
+
+FRAMEWORK_NAMES = {"pytorch": ("PyTorch", ("torch",)),
+                   "tensorflow": ("TensorFlow", ("tensorflow", "tensorflow-cpu"))}
+
+
+def run_provenance(runs: list) -> dict[Path, dict | None]:
+    from hpckit.common.provenance import of_run
+    return {path: of_run(path) for path, _ in runs}
+
+
+def check_one_stack(provs: dict) -> None:
+    """A package describes one system and one software stack: runs that recorded
+    different stacks are refused, naming the first difference."""
+    from hpckit.common.provenance import differences, stack, stack_digest
+    seen: dict[str, tuple[Path, dict]] = {}
+    for path, prov in provs.items():
+        s = stack(prov)
+        if s is not None:
+            seen.setdefault(stack_digest(s), (path, s))
+    if len(seen) > 1:
+        (pa, a), (pb, b) = list(seen.values())[:2]
+        diff = "; ".join(differences(a, b)[:6]) or "their recorded stacks differ"
+        raise KitError(f"the runs were made with {len(seen)} different software stacks ({pa} against {pb}: "
+                       f"{diff}); package each stack as its own --system")
+
+
+def software_fields(provs: dict, desc: dict, packaged_as: str) -> dict:
+    """framework, other_software_stack and operating_system from what the runs recorded;
+    the profile's values where no run recorded a provenance."""
+    recorded = [p for p in provs.values() if p]
+    if not recorded:
+        return {}
+    first = recorded[0]
+    fw = first.get("frameworks") or {}
+    names = []
+    for prov in recorded:
+        name, dists = FRAMEWORK_NAMES.get(prov.get("framework") or "", (prov.get("framework"), ()))
+        version = next((prov["frameworks"][d] for d in dists if (prov.get("frameworks") or {}).get(d)), None)
+        if name:
+            names.append(f"{name} {version}" if version else name)
+    other = dict(desc.get("other_software_stack")) if isinstance(desc.get("other_software_stack"), dict) else (
+        {"site": desc["other_software_stack"]} if desc.get("other_software_stack") else {})
+    kit = first.get("kit") or {}
+    commit = kit.get("commit")
+    other["hpckit"] = f"{kit.get('version')}" + (f" (git {commit}{', uncommitted changes' if kit.get('dirty') else ''})"
+                                                 if commit else "")
+    other["python"] = str((first.get("python") or {}).get("version"))
+    for dist in ("mlperf-logging", "numpy", "keras", "h5py", "horovod"):
+        if fw.get(dist):
+            other[dist.replace("-", "_")] = str(fw[dist])   # the profiles' spelling (mlperf_logging)
+    for key in ("torch_cuda", "torch_cudnn", "tensorflow_cuda", "tensorflow_cudnn"):
+        if fw.get(key):
+            other[key.replace("_", " ")] = str(fw[key])
+    pk = first.get("packages") or {}
+    other["python packages"] = f"{pk.get('count')} installed, sha256 {pk.get('sha256')} ({packaged_as})"
+    if first.get("spack"):
+        sp = first["spack"]
+        other["spack environment"] = (f"{sp.get('env')}, spack.lock sha256 {sp.get('lock_sha256')}"
+                                      + (f", spack {sp['spack']}" if sp.get("spack") else ""))
+    if first.get("container"):
+        c = first["container"]
+        other["container"] = " ".join(str(x) for x in (c.get("runtime"), c.get("image"), c.get("digest")) if x)
+    if first.get("gpu"):
+        other["gpu driver"] = str(first["gpu"].get("driver"))
+    host = first.get("host") or {}
+    return {"framework": ", ".join(sorted(set(names))) or desc.get("framework"),
+            "other_software_stack": other,
+            "operating_system": f"{host.get('os')} (kernel {host.get('kernel')}, {host.get('machine')})"}
+
+
+def benchmark_readme(benchmark: str, runs: list, version: str, provs: dict | None = None) -> str:
+    from hpckit.common.provenance import summary_line
+    recorded = {(p.get("kit") or {}).get("commit") for p in (provs or {}).values() if p}
+    recorded.discard(None)
+    commit = ", ".join(sorted(recorded)) if recorded else _git_commit()
     configs = sorted({c for c in (_hpckit_config(p) for p, _ in runs) if c})
     lines = [f"# {benchmark}: hpckit {version}", "",
              "Implementation: the MLPerf HPC reproducibility kit (`hpckit`, distribution "
              f"`mlperf-hpc-kit` {version}).",
              f"Source: the kit's repository{f' at commit {commit}' if commit else ''}, "
-             f"`apps/hpckit/{benchmark}/` and `apps/hpckit/common/`.", ""]
+             f"`apps/hpckit/{benchmark}/` and `apps/hpckit/common/`"
+             + (" (the commit the runs recorded)." if recorded else "."), ""]
+    stacks = sorted({summary_line(p) for p in (provs or {}).values() if p})
+    if stacks:
+        lines += ["Software stack recorded by the runs (`hpckit_provenance`; every result's full record, "
+                  "with the installed packages, in `provenance.json`):", "",
+                  *(f"- {s}" for s in stacks), ""]
     if configs:
         lines += [f"Training config(s) logged by the runs (`hpckit_config`): {', '.join(configs)}.", "",
                   "Reproduce one run:", "", "```sh",
@@ -286,6 +372,16 @@ def main(args) -> int:
         raise KitError(f"{source}: accelerators_per_node {desc['accelerators_per_node']} but the runs log "
                        f"{', '.join(map(str, sorted(accels)))}")
     desc.update(submitter=args.org, division=division, status=status)
+    provs = run_provenance(runs)
+    check_one_stack(provs)
+    version = kit_version()
+    recorded = software_fields(provs, desc, f"list in benchmarks/<benchmark>/implementations/hpckit-{version}/"
+                                            "provenance.json")
+    if recorded:
+        desc.update(recorded)
+        note = "Software fields as recorded by the runs (hpckit_provenance)."
+        if note not in desc.get("sw_notes", ""):
+            desc["sw_notes"] = f"{desc.get('sw_notes', '')} {note}".strip()
     desc = {k: desc[k] for k in REQUIRED_FIELDS} | {k: v for k, v in desc.items() if k not in REQUIRED_FIELDS}
 
     warnings = []
@@ -328,8 +424,8 @@ def main(args) -> int:
         if bdir.exists() and any(bdir.iterdir()):
             raise KitError(f"{bdir}: already holds results; use another --out or remove it")
 
-    version = kit_version()
     written = []
+    prov_files: dict[Path, dict] = {}
     (org_dir / "systems").mkdir(parents=True, exist_ok=True)
     atomic_write_json(system_json, desc)
     written.append(system_json)
@@ -340,8 +436,13 @@ def main(args) -> int:
             atomic_write_bytes(bdir / f"result_{i}.txt", path.read_bytes())
         impl = org_dir / "benchmarks" / bench / "implementations" / f"hpckit-{version}"
         impl.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(impl / "README.md", benchmark_readme(bench, members, version))
+        atomic_write_text(impl / "README.md", benchmark_readme(bench, members, version, provs))
+        prov_files.setdefault(impl / "provenance.json", {}).update(
+            {f"results/{system}/{scaling}/{bench}/result_{i}.txt": {"source": str(path), "provenance": provs.get(path)}
+             for i, (path, _) in enumerate(members)})
         print(f"{bench}: {len(members)} runs -> {bdir}")
+    for path, entries in prov_files.items():
+        atomic_write_json(path, entries)
 
     for w in warnings:
         print(f"hpckit package: warning: {w}", file=sys.stderr)

@@ -5,6 +5,7 @@ references calibrate` (references from repeated runs)."""
 
 from __future__ import annotations
 
+import json
 from datetime import datetime
 from pathlib import Path
 
@@ -32,9 +33,9 @@ def read_perflogs(args_paths: list[str], option: str = "--perflog") -> list[dict
     """Every performance figure in the files (or directories searched for *.log), oldest
     first: file, system (system/partition from the path), time, check (display name),
     check_class, params (the display name's %name=value parts), environ, config, var,
-    value, unit, ref, result, and the reference as numbers: ref_value, lower, upper
+    value, unit, ref, result, the reference as numbers: ref_value, lower, upper
     (ReFrame's relative thresholds; None where the check had no reference or that side is
-    open). Lines of runs whose sanity failed (value `null`) and of tests without
+    open), and the software stack the run recorded (`stack`, None in older perflogs). Lines of runs whose sanity failed (value `null`) and of tests without
     performance variables are skipped: they carry no figure."""
     rows = []
     for path in perflog_files(args_paths, option):
@@ -76,9 +77,22 @@ def read_perflogs(args_paths: list[str], option: str = "--perflog") -> list[dict
                          "ref_value": _number(rec.get("perf_ref")),
                          "lower": _number(rec.get("perf_lower_thres")),
                          "upper": _number(rec.get("perf_upper_thres")),
-                         "result": rec.get("perf_result", rec.get("result", ""))})
+                         "result": rec.get("perf_result", rec.get("result", "")),
+                         "stack": _stack(rec.get("stack"), f"{option} {path}", n)})
     rows.sort(key=lambda r: (r["time"], r["check"], r["var"]))
     return rows
+
+
+def _stack(text: str | None, where: str, n: int) -> dict | None:
+    """The software stack the run recorded (the checks' `stack` variable: JSON of
+    hpckit.common.provenance.stack), None where the perflog has none."""
+    if not text or text in ("null", "<undefined>", "None"):
+        return None
+    try:
+        found = json.loads(text)
+    except ValueError:
+        raise KitError(f"{where}: line {n}: the stack field is not JSON") from None
+    return found if isinstance(found, dict) else None
 
 
 def _number(text: str | None) -> float | None:

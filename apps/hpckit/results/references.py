@@ -20,7 +20,10 @@ and a 16 s training by 2 s; the spread alone gave 12-34 % bounds and false FAILs
 reruns; with s=1.0 the remaining false FAILs came from the machine's drift, which the
 floor covers: bench/README.md). A variable with fewer than --min-runs figures is an error, not a
 guess. The file starts with a comment saying when, on which host (CPU model, flags,
-machine key) and with which software stack it was measured, from how many runs.
+machine key) it was measured, from how many runs, and the software stack the runs recorded
+(each perflog line's `stack`: hpckit.common.provenance; runs of two stacks are an error),
+as `#   stack.<key>: value` comment lines that ReFrame's YAML reader skips and the checks
+read back to name what changed when one FAILs (reframe_checks/mlperf_base.py).
 
 The file is written atomically; an existing file is replaced only with --replace (this
 command never overwrites what it did not write unasked).
@@ -119,31 +122,39 @@ def calibrate(rows: list[dict], min_runs: int, factor: float, floor: float, ceil
     return out
 
 
-def software() -> str:
-    from importlib.metadata import PackageNotFoundError, version
-    parts = [f"python {platform.python_version()}"]
-    for dist in ("torch", "tensorflow-cpu", "tensorflow", "reframe-hpc", "mlperf-logging"):
-        try:
-            parts.append(f"{dist} {version(dist)}")
-        except PackageNotFoundError:
-            pass
-    return ", ".join(parts)
+def calibration_stack(rows: list[dict]) -> dict | None:
+    """The one software stack the calibration runs recorded (each perflog line's `stack`,
+    hpckit.common.provenance.stack), or None when the perflogs predate it. References
+    measured with two stacks would be tied to neither: an error naming the difference."""
+    from hpckit.common.provenance import differences, stack_digest
+    stacks: dict[str, tuple[dict, dict]] = {}
+    for r in rows:
+        if r.get("stack") and r["var"] in WORSE_WHEN:
+            stacks.setdefault(stack_digest(r["stack"]), (r["stack"], r))
+    if len(stacks) > 1:
+        (a, ra), (b, rb) = list(stacks.values())[:2]
+        diff = "; ".join(differences(a, b)[:6]) or "their digests differ"
+        raise KitError(f"--perflog: the runs were made with {len(stacks)} different software stacks "
+                       f"({ra['file']} at {ra['time']:%Y-%m-%d %H:%M} against {rb['file']} at "
+                       f"{rb['time']:%Y-%m-%d %H:%M}: {diff}); calibrate from runs of one stack")
+    return next(iter(stacks.values()))[0] if stacks else None
 
 
-def render(refs: dict, n_files: int, args) -> str:
+def render(refs: dict, n_files: int, args, stack: dict | None = None) -> str:
     from hpckit.common import cores
+    from hpckit.common.provenance import header_lines
     lines = [
         "# Performance references calibrated by `hpckit references calibrate` on this machine:",
         f"#   when:     {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
         f"#   host:     {platform.node()} (machine key {cores.machine_key()})",
         f"#   CPU:      {cores.cpu_model()}, {len(cores.allocation_cpus())} CPUs, flags "
         + " ".join(sorted(f for f in cores.cpu_flags() if f.startswith(("avx", "amx", "sve", "fma")))),
-        f"#   software: {software()}",
         f"#   from {n_files} perflog file(s); tolerance = {args.factor} x largest relative deviation "
         f"from the median, clamped to [{args.floor}, {args.ceiling}], at least the resolution "
         f"{', '.join(f'{u}={v}' for u, v in parse_resolution(args.resolution).items())}",
         "# Entries: [median, lower, upper, unit]; lower/upper are fractions of the median, null = no bound.",
         "# The comment after each entry: runs, smallest and largest figure measured.",
+        *header_lines(stack),
     ]
     for check, partitions in refs.items():
         lines += [f"{check}:", "  $index: [$partition, config, framework]"]
@@ -179,7 +190,7 @@ def main(args) -> int:
     resolution = parse_resolution(args.resolution)
     rows = read_perflogs(args.perflog)
     refs = calibrate(rows, args.min_runs, args.factor, args.floor, args.ceiling, resolution)
-    text = render(refs, len(perflog_files(args.perflog)), args)
+    text = render(refs, len(perflog_files(args.perflog)), args, calibration_stack(rows))
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
         with atomic_path(out) as tmp:

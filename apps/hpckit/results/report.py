@@ -468,10 +468,55 @@ def render_html(title, site_sets, pub_sets, facts, perf_rows, inputs) -> str:
         _table("perflog", ["system/partition", "check", "variable", "records", "latest value",
                            "unit", "reference", "result", "latest time", "allowed range"],
                _perflog_rows(perf_rows)),
+        provenance_section(facts_list),
         "<h2>Inputs</h2><ul>" + "".join(f"<li>{html.escape(i)}</li>" for i in inputs) + "</ul>",
         "</body></html>",
     ]
     return "\n".join(parts) + "\n"
+
+
+def provenance_section(facts: list) -> str:
+    """Per site run, the software stack and machine it recorded (hpckit.common.provenance:
+    summary.json beside the log, else the log's hpckit_provenance line), `table#provenance`;
+    runs whose stacks differ are told apart by the stack digest."""
+    from hpckit.common.provenance import differences, of_run, stack, stack_digest
+    rows, digests, stacks = [], set(), {}
+    for f in facts:
+        if f.origin != "site":
+            continue
+        prov = of_run(f.name) or {}
+        kit, pk, c = prov.get("kit") or {}, prov.get("packages") or {}, prov.get("container") or {}
+        s = stack(prov)
+        digests.add(stack_digest(s) if s else None)
+        if s:
+            stacks.setdefault(stack_digest(s), s)
+        fw = prov.get("frameworks") or {}
+        commit = kit.get("commit")
+        cells = [_short(f), (stack_digest(s) if s else "not recorded"),
+                 f"{kit.get('version')} {commit[:12] if commit else ''}{' dirty' if kit.get('dirty') else ''}"
+                 if prov else None,
+                 (prov.get("python") or {}).get("version"),
+                 ", ".join(f"{d} {fw[d]}" for d in ("torch", "tensorflow", "tensorflow-cpu") if fw.get(d)) or None,
+                 f"{pk.get('count')}, sha256 {str(pk.get('sha256'))[:12]}" if pk else None,
+                 str((prov.get("spack") or {}).get("lock_sha256") or "")[:12] or None,
+                 " ".join(str(x) for x in (c.get("runtime"), c.get("image"), c.get("digest")) if x) or None,
+                 (prov.get("host") or {}).get("name"), (prov.get("cpu") or {}).get("model"),
+                 ", ".join((prov.get("gpu") or {}).get("models") or []) + (
+                     f" (driver {prov['gpu'].get('driver')})" if prov.get("gpu") else "") or None]
+        rows.append(f'<tr class="provenance"><td class="name" title="{html.escape(f.name)}">{html.escape(cells[0])}'
+                    "</td>" + "".join(_cell(v) for v in cells[1:]) + "</tr>")
+    distinct = digests - {None}
+    first = next(iter(stacks), None)
+    changes = "".join(f'<li>{html.escape(d)} against {html.escape(first)}: '
+                      f'{html.escape("; ".join(differences(stacks[first], s)) or "digests differ")}</li>'
+                      for d, s in list(stacks.items())[1:])
+    return ("<h2>Provenance</h2>"
+            f'<p class="note">The software stack and machine each site run recorded when it ran '
+            f"(hpckit_provenance); {len(distinct)} distinct stack(s) among {len(rows)} runs"
+            f"{'' if None not in digests else ' (some recorded none: logs from before hpckit_provenance)'}.</p>"
+            + _table("provenance", ["run", "stack", "kit", "python", "frameworks", "packages", "spack.lock",
+                                    "container", "host", "CPU", "GPU"], rows)
+            + (f'<ul id="stack-changes">{changes}</ul>' if changes else ""))
 
 
 def main(args) -> int:
