@@ -19,6 +19,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -77,7 +78,12 @@ def emulated(*args, qemu_cpu=QEMU_CPU, timeout=1800) -> subprocess.CompletedProc
 
 
 def hpckit(*args, **kw) -> subprocess.CompletedProcess:
-    return emulated("/usr/bin/python3.11", "-m", "hpckit", *args, **kw)
+    t0 = time.monotonic()
+    proc = emulated("/usr/bin/python3.11", "-m", "hpckit", *args, **kw)
+    # wall times of emulated commands, printed (pytest -s) labelled: NOT speed figures
+    print(f"[emulated arm64, not a speed figure] hpckit {args[0]} {args[1] if len(args) > 1 else ''}: "
+          f"{time.monotonic() - t0:.0f} s wall")
+    return proc
 
 
 def has_torch() -> bool:
@@ -87,13 +93,14 @@ def has_torch() -> bool:
 PROBE = """
 import ctypes, json, os, platform
 from hpckit.common import cores, memory
+from hpckit.cosmoflow.train import choose_framework
 i = cores.cpuinfo()
 p = cores.plan(0, 1, None, 4)
 print(json.dumps({"machine": platform.machine(), "proc_cpuinfo_arch": cores.parse_cpuinfo(open("/proc/cpuinfo").read()).arch,
     "arch": i.arch, "source": i.source, "flags": sorted(i.flags), "class": cores.cpu_class(i), "bf16": cores.has_bf16(i),
     "onednn": cores.onednn_isa(i), "key": cores.machine_key(), "tcmalloc": memory.find_tcmalloc(),
     "sve_vl_bytes": ctypes.CDLL(None).prctl(51, 0, 0, 0, 0) & 0xffff, "threads": p.threads, "cpus": len(p.cpus),
-    "affinity": len(os.sched_getaffinity(0))}))
+    "affinity": len(os.sched_getaffinity(0)), "framework_auto": choose_framework("auto", "cpu")}))
 """
 
 
@@ -109,6 +116,7 @@ def test_the_kit_reads_the_emulated_cpu(rootfs):
     assert (a64fx["class"], a64fx["bf16"], a64fx["onednn"], a64fx["sve_vl_bytes"]) == ("aarch64-sve", False, "sve", 64)
     assert a64fx["tcmalloc"] == "/usr/lib/aarch64-linux-gnu/libtcmalloc_minimal.so.4", a64fx
     assert a64fx["threads"] == a64fx["cpus"] == a64fx["affinity"] >= 1, a64fx
+    assert a64fx["framework_auto"] == "pytorch"
     # QEMU's `max` CPU has FEAT_BF16: bf16 acceptance follows the CPU the process runs on
     proc = emulated("/usr/bin/python3.11", "-c", PROBE, qemu_cpu="max,sve512=on")
     assert proc.returncode == 0, proc.stderr[-3000:]
@@ -138,9 +146,9 @@ def test_cosmoflow_bounded_run(rootfs, framework):
     if framework == "pytorch" and not has_torch():
         pytest.skip("no aarch64 CPU torch in the root file system: PyPI's aarch64 torch is a CUDA build and "
                     "download.pytorch.org/whl/cpu was not reachable (tests/arm64/build_rootfs.sh)")
-    desc = hpckit("describe", "cosmoflow", "--config", "mini")
-    assert desc.returncode == 0 and desc.stdout.splitlines()[0] == "CosmoFlow, config mini, pytorch", \
-        desc.stdout + desc.stderr[-2000:]          # --framework auto on Arm
+    desc = hpckit("describe", "cosmoflow", "--config", "mini", "--framework", framework)
+    assert desc.returncode == 0 and desc.stdout.splitlines()[0] == f"CosmoFlow, config mini, {framework}", \
+        desc.stdout + desc.stderr[-2000:]
     data = f"/tmp/hpckit-test/cosmo-{framework}"
     gen = hpckit("datagen", "cosmoflow", "--config", "mini", "--out", data, "--train", "16", "--valid", "8",
                  "--seed", "7")
