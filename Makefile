@@ -51,3 +51,17 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt
 	$(PIP) $(CONSTRAINTS) -r requirements/cpu.txt
 	$(PIP) $(CONSTRAINTS) --no-deps -e .
 	touch $@
+
+# arm64 with 512-bit SVE under emulation (docs/targets.md): as root, with Debian's
+# qemu-user-static, binfmt-support and debootstrap. `arm64` builds the arm64 root file
+# system with the aarch64 wheels (build/arm64, git-ignored; tests/arm64/build_rootfs.sh)
+# and runs tests/test_arm64.py in it; `arm64-image` builds the a64fx image for linux/arm64
+# with Podman from a debootstrap base (needs download.pytorch.org for torch +cpu).
+# Times under emulation are not speed figures.
+.PHONY: arm64 arm64-image
+arm64: $(STAMP)
+	sh tests/arm64/build_rootfs.sh build/arm64
+	$(BIN)/python -m pytest tests/test_arm64.py -v -rs
+
+arm64-image:
+	sh tests/arm64/build_image.sh build/arm64-image

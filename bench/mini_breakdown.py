@@ -50,11 +50,12 @@ CASES = ("cosmoflow:pytorch", "cosmoflow:tensorflow", "deepcam:pytorch")
 
 
 def cpu_flags() -> str:
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
+    from hpckit.common import cores       # x86 `flags`, Arm `Features` (cores.cpuinfo)
+    info = cores.cpuinfo()
+    if info.arch == "unknown":
         return "unknown"
-    return ",".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16") if f in flags) or "none"
+    return ",".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "asimd", "sve", "bf16")
+                    if f in info.flags) or "none"
 
 
 def hpckit(*args, env=None) -> tuple[float, subprocess.CompletedProcess]:

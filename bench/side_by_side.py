@@ -86,20 +86,21 @@ N_CHANNELS_COSMO, N_CHANNELS_CAM, N_CLASSES_CAM = 4, 16, 3
 # ---------------------------------------------------------------- shared helpers
 
 def cpu_flags() -> str:
-    try:
-        flags = next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split()
-    except (OSError, StopIteration):
+    """The flags that matter here, as the kit reads them (cores.cpuinfo: x86 `flags`, Arm
+    `Features`, the auxiliary vector under emulation)."""
+    from hpckit.common import cores
+    info = cores.cpuinfo()
+    if info.arch == "unknown":
         return "unknown"
-    wanted = ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "amx_tile", "fma", "asimd", "sve")
-    return ",".join(f for f in wanted if f in flags) or "none"
+    wanted = ("avx2", "avx512f", "avx512bw", "avx512er", "avx512_bf16", "amx_bf16", "amx_tile", "fma", "asimd",
+              "sve", "bf16")
+    return ",".join(f for f in wanted if f in info.flags) or "none"
 
 
 def cpu_model() -> str:
-    try:
-        return next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo")
-                    if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or "unknown"
+    from hpckit.common import cores
+    model = cores.cpuinfo().model
+    return model if model != "unknown" else (platform.processor() or "unknown")
 
 
 def kit_config(benchmark: str, size: str, sets: list[str]) -> dict:

@@ -184,7 +184,7 @@ def test_pinned_bases_and_stack(name):
         if key in required:
             assert version.split("+")[0] == required[key].split("+")[0], dist
     assert pins["torch"].split("+")[0] == required["torch"].split("+")[0]
-    expected_build = {"local": "+cpu", "knl": "+cpu", "a64fx": "", "v100": "+cu128", "a100": "+cu128"}
+    expected_build = {"local": "+cpu", "knl": "+cpu", "a64fx": "+cpu", "v100": "+cu128", "a100": "+cu128"}
     assert pins["torch"] == required["torch"].split("+")[0] + expected_build[name]
     if name != "local":
         assert any(d.startswith("tensorflow") for d in pins), "the full stack: TensorFlow too"
@@ -193,6 +193,49 @@ def test_pinned_bases_and_stack(name):
     assert any(s.endswith(f"--no-deps --no-build-isolation {targets.SRC}") for s in steps)
     for dist in ("numpy", "PyYAML", "mlperf-logging", "crc32c"):
         assert dist in pins
+
+
+def _target_pins(name: str) -> dict[str, str]:
+    return dict(p.split("==", 1) for p in targets.python_pins(targets.TARGETS[name], generate.read_pins()))
+
+
+# the manylinux tags Debian bookworm's glibc 2.36 runs
+PLATFORM_TAGS = {p: ["manylinux2014_" + m] + [f"manylinux_2_{n}_{m}" for n in (17, 24, 27, 28, 31, 34, 35, 36)]
+                 for p, m in (("linux/arm64", "aarch64"), ("linux/amd64", "x86_64"))}
+
+
+def _pypi_has_wheels(requirements: list[str], platform: str, tmp_path) -> subprocess.CompletedProcess:
+    """pip's resolver asked for binary wheels of `requirements` for `platform` and Debian
+    bookworm's Python 3.11 (metadata only where PyPI serves it, --no-deps)."""
+    plats = [a for tag in PLATFORM_TAGS[platform] for a in ("--platform", tag)]
+    return subprocess.run([sys.executable, "-m", "pip", "install", "--dry-run", "--ignore-installed", "--no-deps",
+                           "--quiet", "--disable-pip-version-check", "--only-binary=:all:", "--python-version", "3.11",
+                           *plats, "--target", str(tmp_path / "t"), *requirements],
+                          capture_output=True, text=True, timeout=900)
+
+
+network = pytest.mark.skipif(os.environ.get("HPCKIT_NETWORK_TESTS") != "1" and os.environ.get("CI") != "true",
+                             reason="asks PyPI: set HPCKIT_NETWORK_TESTS=1 (CI=true does)")
+
+
+@network
+@pytest.mark.parametrize("name", ["a64fx", "knl"])
+def test_pypi_has_a_wheel_of_every_pin(name, tmp_path):
+    """Every PyPI-sourced pin of a CPU target has a binary wheel for the target's platform
+    (an image that cannot install one cannot be built). torch comes from PyTorch's own CPU
+    index on these targets and is not asked here."""
+    t = targets.TARGETS[name]
+    pins = dict(p.split("==", 1) for p in targets.python_pins(t, generate.read_pins()))
+    proc = _pypi_has_wheels([f"{d}=={v}" for d, v in pins.items() if d != "torch"], t.platform, tmp_path)
+    assert proc.returncode == 0, f"{name}: {proc.stderr[-2000:]}"
+
+
+@network
+def test_the_wheel_check_fails_on_a_missing_wheel(tmp_path):
+    """tensorflow-cpu has no aarch64 wheels: the check above says so for a target that
+    would pin it there."""
+    proc = _pypi_has_wheels(["tensorflow-cpu==2.21.0"], "linux/arm64", tmp_path)
+    assert proc.returncode != 0 and "tensorflow-cpu" in proc.stderr
 
 
 def test_requirements_command_lists_the_local_pins():

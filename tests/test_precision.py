@@ -7,10 +7,12 @@ import json
 
 import pytest
 
-from conftest import run_hpckit
-from hpckit.common import precision
+from conftest import REPO, run_hpckit
+from hpckit.common import cores, precision
 from hpckit.common.config import load_config
 from hpckit.common.errors import KitError
+
+CPUINFO = REPO / "tests" / "data" / "cpuinfo"
 
 
 def logged_config(log) -> dict:
@@ -23,7 +25,8 @@ def test_choices_and_refusals(monkeypatch):
     precision.check("fp32")
     with pytest.raises(KitError, match=r"'train.precision': 'fp16' is not one of fp32, bf16"):
         precision.check("fp16")
-    monkeypatch.setattr(precision, "cpu_has_bf16", lambda: False)
+    # a recorded Knights Landing (tests/data/cpuinfo): AVX-512F but no bf16
+    monkeypatch.setenv(cores.CPUINFO_ENV, str(CPUINFO / "knl-xeon-phi.txt"))
     with pytest.raises(KitError, match="no bf16 instructions"):
         precision.check("bf16", "cpu")
 
@@ -71,19 +74,20 @@ def test_fp16_is_one_line(tmp_path):
     assert proc.stderr.strip().count("\n") == 0 and "train.precision" in proc.stderr, proc.stderr
 
 
-@pytest.mark.parametrize("flags,device,expect", [
-    ({"avx2", "avx512f"}, "cpu", "tensorflow"), ({"avx2", "fma"}, "cpu", "pytorch"),
-    ({"asimd", "sve"}, "cpu", "pytorch"), ({"avx2", "avx512f"}, "cuda", "pytorch")])
-def test_framework_auto_follows_the_cpu_kind(monkeypatch, flags, device, expect):
-    from hpckit.common import cores
+@pytest.mark.parametrize("recorded,device,expect", [
+    ("epyc-avx512-bf16-9654.txt", "cpu", "tensorflow"), ("epyc-avx2.txt", "cpu", "pytorch"),
+    ("knl-xeon-phi.txt", "cpu", "pytorch"), ("a64fx.txt", "cpu", "pytorch"),
+    ("epyc-avx512-bf16-9654.txt", "cuda", "pytorch")])
+def test_framework_auto_follows_the_cpu_kind(monkeypatch, recorded, device, expect):
+    """Driven by recorded /proc/cpuinfo of real nodes (tests/data/cpuinfo; test_cpuinfo.py has
+    every decision per CPU): KNL has avx512f and still gets PyTorch."""
     from hpckit.cosmoflow.train import choose_framework
-    monkeypatch.setattr(cores, "cpu_flags", lambda: flags)
+    monkeypatch.setenv(cores.CPUINFO_ENV, str(CPUINFO / recorded))
     assert choose_framework("auto", device) == expect
     assert choose_framework("pytorch", device) == "pytorch"
 
 
 def test_describe_names_the_framework_auto_chose():
-    from hpckit.common import cores
     proc = run_hpckit("describe", "cosmoflow", "--config", "mini")
-    want = "tensorflow" if "avx512f" in cores.cpu_flags() else "pytorch"
+    want = "tensorflow" if cores.cpu_class().startswith("x86-avx512") else "pytorch"
     assert proc.returncode == 0 and proc.stdout.splitlines()[0] == f"CosmoFlow, config mini, {want}", proc.stdout

@@ -73,28 +73,167 @@ def parse_cpu_list(text: str) -> set[int]:
     return cpus
 
 
-def cpu_flags() -> set[str]:
-    """The CPU's feature flags (x86 `flags`, Arm `Features` in /proc/cpuinfo)."""
-    words: set[str] = set()
+# ---------------------------------------------------------------- what the CPU is
+#
+# Every decision that depends on the CPU (`--framework auto`, bf16 acceptance, the machine
+# key, oneDNN's expected ISA) reads it through `cpuinfo()`, from one file: /proc/cpuinfo, or
+# the file HPCKIT_CPUINFO names (the tests point it at recorded dumps of real nodes in
+# tests/data/cpuinfo/). x86 lists `flags`, aarch64 `Features` (the kernel's hwcap names:
+# asimd, sve, bf16, ...). Under user-mode emulation (qemu-aarch64 on an x86 host) the
+# kernel shows the HOST's /proc/cpuinfo to the emulated process; there the CPU the process
+# runs on is described by its auxiliary vector (AT_HWCAP/AT_HWCAP2, which QEMU fills for
+# the emulated CPU), and that is what is read.
+
+CPUINFO_ENV = "HPCKIT_CPUINFO"
+
+# arch/arm64/include/uapi/asm/hwcap.h: bit -> the name /proc/cpuinfo prints
+_HWCAP = ("fp asimd evtstrm aes pmull sha1 sha2 crc32 atomics fphp asimdhp cpuid asimdrdm jscvt "
+          "fcma lrcpc dcpop sha3 sm3 sm4 asimddp sha512 sve asimdfhm dit uscat ilrcpc flagm ssbs "
+          "sb paca pacg").split()
+_HWCAP2 = ("dcpodp sve2 sveaes svepmull svebitperm svesha3 svesm4 flagm2 frint svei8mm svef32mm "
+           "svef64mm svebf16 i8mm bf16 dgh rng bti").split()
+AT_HWCAP, AT_HWCAP2 = 16, 26
+# (CPU implementer, CPU part) -> name, for the parts the kit's targets name
+_ARM_PARTS = {(0x46, 0x001): "Fujitsu A64FX", (0x41, 0xd0c): "Arm Neoverse N1",
+              (0x41, 0xd40): "Arm Neoverse V1", (0x41, 0xd49): "Arm Neoverse N2",
+              (0x41, 0xd4f): "Arm Neoverse V2"}
+
+
+@dataclass(frozen=True)
+class CpuInfo:
+    arch: str                  # "x86_64" | "aarch64" | "unknown"
+    model: str                 # x86 `model name`; aarch64 the part's name or implementer/part
+    flags: frozenset           # x86 `flags`, aarch64 `Features`
+    source: str                # the file read, or the auxiliary vector
+
+
+def parse_cpuinfo(text: str, source: str = "text") -> CpuInfo:
+    """The first processor block of a /proc/cpuinfo text (lines starting with '#' are
+    comments: the recorded dumps carry their provenance)."""
+    fields: dict[str, str] = {}
+    for line in text.splitlines():
+        if line.startswith("#"):
+            continue
+        if not line.strip():
+            if fields.get("flags") or fields.get("Features"):
+                break
+            continue
+        key, sep, value = line.partition(":")
+        if sep:
+            fields.setdefault(key.strip(), value.strip())
+    if "Features" in fields or "CPU implementer" in fields:
+        arch = "aarch64"
+        flags = frozenset(fields.get("Features", "").split())
+        try:
+            impl, part = int(fields["CPU implementer"], 16), int(fields["CPU part"], 16)
+            model = _ARM_PARTS.get((impl, part), f"Arm implementer {impl:#x} part {part:#05x}")
+        except (KeyError, ValueError):
+            model = "unknown"
+    elif "flags" in fields or "vendor_id" in fields:
+        arch = "x86_64"
+        flags = frozenset(fields.get("flags", "").split())
+        model = fields.get("model name", "unknown")
+    else:
+        arch, flags, model = "unknown", frozenset(), "unknown"
+    return CpuInfo(arch=arch, model=model, flags=flags, source=source)
+
+
+def _auxv_cpuinfo() -> CpuInfo | None:
+    """aarch64: the features of the CPU this process runs on, from getauxval (what the
+    kernel, or QEMU for an emulated CPU, tells the process)."""
     try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("flags", "Features")):
-                    words.update(line.split(":", 1)[1].split())
+        import ctypes
+        getauxval = ctypes.CDLL(None).getauxval
+        getauxval.restype = ctypes.c_ulong
+        getauxval.argtypes = [ctypes.c_ulong]
+        hw, hw2 = getauxval(AT_HWCAP), getauxval(AT_HWCAP2)
+    except (OSError, AttributeError):
+        return None
+    flags = {n for i, n in enumerate(_HWCAP) if hw >> i & 1} | {n for i, n in enumerate(_HWCAP2) if hw2 >> i & 1}
+    return CpuInfo(arch="aarch64", model="unknown (emulated or no /proc/cpuinfo)", flags=frozenset(flags),
+                   source="auxv AT_HWCAP/AT_HWCAP2")
+
+
+def cpuinfo(path: str | os.PathLike | None = None) -> CpuInfo:
+    """What the CPU is: from `path`, else $HPCKIT_CPUINFO, else /proc/cpuinfo. Reading the
+    real /proc/cpuinfo on an aarch64 process that finds another architecture's text there
+    (user-mode emulation) or none, the auxiliary vector describes the CPU instead."""
+    import platform
+    path = path or os.environ.get(CPUINFO_ENV) or None
+    real = path is None
+    path = Path(path or "/proc/cpuinfo")
+    try:
+        info = parse_cpuinfo(path.read_text(errors="replace"), str(path))
     except OSError:
-        pass
-    return words
+        info = CpuInfo(arch="unknown", model="unknown", flags=frozenset(), source=f"{path} (unreadable)")
+    if real and platform.machine() in ("aarch64", "arm64") and info.arch != "aarch64":
+        info = _auxv_cpuinfo() or info
+    return info
+
+
+def cpu_flags() -> set[str]:
+    """The CPU's feature flags (x86 `flags`, Arm `Features`), as `cpuinfo()` reads them."""
+    return set(cpuinfo().flags)
 
 
 def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith(("model name", "CPU part")):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
+    return cpuinfo().model
+
+
+# AVX-512 as the x86 servers from Skylake-SP on have it (oneDNN's avx512_core): F, CD, BW,
+# DQ, VL. Knights Landing has F and CD with ER and PF, not BW/DQ/VL: `avx512f` alone does not
+# make a modern AVX-512 server.
+AVX512_CORE = frozenset({"avx512f", "avx512cd", "avx512bw", "avx512dq", "avx512vl"})
+
+
+def cpu_class(info: CpuInfo | None = None) -> str:
+    """The kind of CPU the kit's decisions tell apart:
+    x86-avx512-bf16 (AVX-512 server with avx512_bf16 or AMX-BF16), x86-avx512 (AVX-512
+    server), x86-knl (Xeon Phi: avx512f with er/pf, no BW/VL/DQ), x86-avx2, x86,
+    aarch64-sve, aarch64, unknown."""
+    info = info or cpuinfo()
+    f = info.flags
+    if info.arch == "x86_64":
+        if AVX512_CORE <= f:
+            return "x86-avx512-bf16" if f & {"avx512_bf16", "amx_bf16"} else "x86-avx512"
+        if "avx512f" in f and f & {"avx512er", "avx512pf"}:
+            return "x86-knl"
+        return "x86-avx2" if "avx2" in f else "x86"
+    if info.arch == "aarch64":
+        return "aarch64-sve" if "sve" in f else "aarch64"
     return "unknown"
+
+
+def has_bf16(info: CpuInfo | None = None) -> bool:
+    """The CPU computes bfloat16 natively: x86 avx512_bf16 or amx_bf16, Arm bf16 (FEAT_BF16;
+    A64FX has none, Neoverse V1 and later do)."""
+    info = info or cpuinfo()
+    if info.arch == "aarch64":
+        return "bf16" in info.flags
+    return bool(info.flags & {"avx512_bf16", "amx_bf16"})
+
+
+def onednn_isa(info: CpuInfo | None = None) -> str:
+    """The instruction set oneDNN 3.x (PyTorch's and TensorFlow's CPU convolutions on x86)
+    dispatches to, named as its ONEDNN_MAX_CPU_ISA values. oneDNN 3.0 dropped the Xeon Phi
+    ISAs (avx512_mic, avx512_mic_4ops): on KNL it runs its AVX2 kernels, which is why KNL is
+    planned as an AVX2 machine. On aarch64 oneDNN runs through Arm Compute Library (SVE or
+    NEON kernels): 'sve' or 'asimd'."""
+    info = info or cpuinfo()
+    f = info.flags
+    if info.arch == "aarch64":
+        return "sve" if "sve" in f else ("asimd" if "asimd" in f else "none")
+    if info.arch != "x86_64":
+        return "none"
+    if AVX512_CORE <= f:
+        if "amx_bf16" in f and "amx_tile" in f:
+            return "avx512_core_amx"
+        if "avx512_bf16" in f:
+            return "avx512_core_bf16"
+        return "avx512_core_vnni" if "avx512_vnni" in f else "avx512_core"
+    if "avx2" in f:
+        return "avx2_vnni" if "avx_vnni" in f else "avx2"
+    return "avx" if "avx" in f else "sse41"
 
 
 def machine_key() -> str:
@@ -103,7 +242,10 @@ def machine_key() -> str:
     another (a new CPU under the same host name gets a new key)."""
     import hashlib
     import socket
-    what = f"{cpu_model()}|{' '.join(sorted(cpu_flags()))}|{len(allocation_cpus())}"
+    info = cpuinfo()
+    what = f"{info.model}|{' '.join(sorted(info.flags))}|{len(allocation_cpus())}"
+    if info.arch not in ("x86_64", "unknown"):   # x86 keys stay as they were (calibrations on disk)
+        what = f"{info.arch}|{what}"
     host = "".join(c if c.isalnum() or c in "-_." else "_" for c in socket.gethostname()) or "host"
     return f"{host}-{hashlib.sha256(what.encode()).hexdigest()[:8]}"
 

@@ -47,13 +47,27 @@ PRELOADED = "HPCKIT_PRELOADED_ALLOCATOR"   # set in the restarted process: never
 TCMALLOC_NAMES = ("tcmalloc_minimal", "tcmalloc")
 
 
+def system_lib_dirs(machine: str | None = None) -> list:
+    """The system's library folders for this machine: Debian's multiarch folder
+    (/usr/lib/x86_64-linux-gnu, /usr/lib/aarch64-linux-gnu), then /usr/lib64, /usr/lib."""
+    import platform
+    import sysconfig
+    from pathlib import Path
+    machine = machine or platform.machine()
+    multiarch = (sysconfig.get_config_var("MULTIARCH") if machine == platform.machine() else None) \
+        or f"{machine}-linux-gnu"
+    return [Path("/usr/lib") / multiarch, Path("/lib") / multiarch, Path("/usr/lib64"), Path("/usr/lib")]
+
+
 def find_tcmalloc() -> str | None:
     """An installed tcmalloc (gperftools): a library of this Python's prefix or of
     LD_LIBRARY_PATH (a Spack view or module), else the system's (Debian
-    libtcmalloc-minimal4), by soname."""
+    libtcmalloc-minimal4: /usr/lib/<multiarch>/, on aarch64 /usr/lib/aarch64-linux-gnu/),
+    else whatever the dynamic linker's cache names (ctypes.util)."""
     import ctypes.util
     from pathlib import Path
-    dirs = [Path(sys.prefix) / "lib", *(Path(d) for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d)]
+    dirs = [Path(sys.prefix) / "lib", *(Path(d) for d in os.environ.get("LD_LIBRARY_PATH", "").split(":") if d),
+            *system_lib_dirs()]
     for name in TCMALLOC_NAMES:
         for d in dirs:
             found = sorted(d.glob(f"lib{name}.so*")) if d.is_dir() else []

@@ -17,7 +17,6 @@ where it would pay.
 from __future__ import annotations
 
 import contextlib
-import platform
 
 from hpckit.common import cores
 from hpckit.common.errors import KitError
@@ -26,10 +25,9 @@ PRECISIONS = ("fp32", "bf16")
 
 
 def cpu_has_bf16() -> bool:
-    words = cores.cpu_flags()
-    if platform.machine() in ("aarch64", "arm64"):
-        return "bf16" in words
-    return bool(words & {"avx512_bf16", "amx_bf16"})
+    """From the CPU `cores.cpuinfo()` describes (x86 avx512_bf16/amx_bf16, Arm bf16): KNL
+    and A64FX have none."""
+    return cores.has_bf16()
 
 
 def check(precision: str, device_type: str = "cpu") -> None:

@@ -8,9 +8,15 @@ The Python pins are not repeated here: they are read from requirements/cpu.txt a
 requirements/constraints-cpu.txt (what `make` installs into .venv), so a pin changed
 there makes the committed recipes stale (`hpckit containers generate --check`).
 Per target only the build of a framework differs: torch `+cpu` from PyTorch's CPU index
-on x86-64, the plain PyPI wheel on aarch64 (a CPU build there), `+cu128` on the GPU
-targets (CUDA 12.8 still builds for sm_70 and sm_80); TensorFlow as `tensorflow-cpu` on
-x86-64 CPUs and as `tensorflow` elsewhere (CPU-only on aarch64, CUDA on the GPU images).
+on the CPU targets, x86-64 and aarch64 alike (PyPI's aarch64 torch 2.13.0 wheel is a CUDA 13
+build: in an arm64 root file system under qemu, `import torch` fails on libcudart.so.13, see
+docs/targets.md), `+cu128` on the GPU targets (CUDA 12.8 still builds for sm_70 and sm_80);
+TensorFlow as `tensorflow-cpu` on x86-64 CPUs and as `tensorflow` elsewhere (CPU-only on
+aarch64, CUDA on the GPU images).
+
+Whether PyPI has a wheel of a pin for a target's platform is asked with the manylinux tags
+the base's glibc runs (Debian bookworm: 2.36), not with manylinux_2_17 alone: TensorFlow
+2.21.0's aarch64 wheel is manylinux_2_27 (tests/test_containers.py, with network).
 """
 
 from __future__ import annotations
@@ -73,9 +79,10 @@ TARGETS: dict[str, Target] = {t.name: t for t in (
     Target(
         name="a64fx",
         description="Fujitsu A64FX (aarch64, SVE; modelled on Fugaku): CPU stack",
-        base=DEBIAN_ARM64, platform="linux/arm64", torch_build="", tensorflow="tensorflow",
-        apt=_APT, env=_ENV + (("HPCKIT_TARGET", "a64fx"), ("OMP_PROC_BIND", "close"),
-                              ("OMP_PLACES", "cores"))),
+        base=DEBIAN_ARM64, platform="linux/arm64", torch_build="+cpu", tensorflow="tensorflow",
+        apt=_APT, pip_indexes=(TORCH_CPU_INDEX,),
+        env=_ENV + (("HPCKIT_TARGET", "a64fx"), ("OMP_PROC_BIND", "close"),
+                    ("OMP_PLACES", "cores"))),
     Target(
         name="knl",
         description="Intel Xeon Phi 7250 Knights Landing (x86-64, AVX-512; modelled on "

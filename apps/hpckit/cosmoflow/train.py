@@ -250,18 +250,20 @@ def _diagnosed(batches, split: data.SplitFiles, cfg: dict):
 
 def choose_framework(requested: str, device: str = "auto") -> str:
     """`--framework auto` (the default): the CosmoFlow path for this machine, from
-    bench/side_by_side.py (docs/performance.md): TensorFlow on x86 CPUs with AVX-512
-    (as fast as PyTorch with tcmalloc, 1.96 s a full-size step both, and 2.9x faster
-    where tcmalloc is missing: its own allocator), PyTorch elsewhere (2.4x the reference's
-    TensorFlow on an AVX2-only EPYC; unmeasured on Arm) and on GPUs (the kit's GPU path:
-    CUDA, NCCL). The chosen framework is logged (hpckit_config.framework)."""
+    bench/side_by_side.py (docs/performance.md): TensorFlow on x86 AVX-512 servers
+    (cores.cpu_class x86-avx512*: F+CD+BW+DQ+VL; as fast as PyTorch with tcmalloc, 1.96 s a
+    full-size step both, and 2.9x faster where tcmalloc is missing: its own allocator),
+    PyTorch elsewhere: AVX2-only x86 (2.4x the reference's TensorFlow on an AVX2-only EPYC),
+    Knights Landing (avx512f without BW/VL/DQ: oneDNN 3.x runs its AVX2 kernels there,
+    cores.onednn_isa), Arm (unmeasured) and GPUs (the kit's GPU path: CUDA, NCCL). The chosen
+    framework is logged (hpckit_config.framework)."""
     if requested != "auto":
         return requested
     gpu = device == "cuda" or (device == "auto" and Path("/proc/driver/nvidia/gpus").is_dir()
                                and os.environ.get("CUDA_VISIBLE_DEVICES", "x") != "")
     if gpu:
         return "pytorch"
-    return "tensorflow" if "avx512f" in cores.cpu_flags() else "pytorch"
+    return "tensorflow" if cores.cpu_class() in ("x86-avx512", "x86-avx512-bf16") else "pytorch"
 
 
 def train(args) -> int:
