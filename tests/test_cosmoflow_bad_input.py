@@ -197,7 +197,8 @@ def test_missing_peer_fails_the_rendezvous_in_one_line(data_copy, tmp_path, benc
     env = {**TWO_RANKS, "MASTER_PORT": "29731"}
     proc = run_hpckit("train", benchmark, "--framework", framework, "--data", data_copy,
                       "--output-dir", tmp_path / "out", "--collective-timeout", "5", env=env, timeout=120)
-    assert_one_line_error(proc, f"{who} rendezvous at 127.0.0.1:29731 (rank 0 of 2) failed")
+    # the roll call, on MASTER_PORT + 1, is where every rank meets first (common/dist.py)
+    assert_one_line_error(proc, f"{who} rendezvous at 127.0.0.1:29732 (rank 0 of 2) failed")
 
 
 @pytest.mark.parametrize("args, message", [

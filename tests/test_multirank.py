@@ -40,8 +40,8 @@ def need(tool: str) -> None:
         pytest.skip(f"{tool} is not installed")
 
 
-def free_port(span: int = 3) -> int:
-    """A port p with p..p+span-1 free (torch uses p, tf.distribute p+1 and p+2)."""
+def free_port(span: int = 4) -> int:
+    """A port p with p..p+span-1 free (torch uses p, the roll call p+1, tf.distribute p+2 and p+3)."""
     for _ in range(50):
         with socket.socket() as s:
             s.bind(("127.0.0.1", 0))

@@ -13,10 +13,15 @@ Detection reads the launcher's environment, first match wins:
     pmix       PMIX_RANK with PMIX_SIZE
     none       a single process: rank 0 of 1
 
-Ranks are assumed block-distributed over nodes (ranks 0..L-1 on the first node), the
-default of srun, mpirun and torchrun. The rendezvous address is MASTER_ADDR when set
-(every launcher), the first node of the Slurm step, or 127.0.0.1 when all ranks are on
-one node; the port is MASTER_PORT or derived from the job id.
+Where each rank runs is never assumed from a distribution: Slurm (SLURM_NODEID,
+SLURM_LOCALID) and torchrun (GROUP_RANK, LOCAL_RANK) say it; for every multi-rank run the
+ranks then tell each other their host at the rendezvous (`roll_call`), which gives the
+node and local rank under Open MPI, PMI and PMIx (whose environments do not name the node)
+and every rank's address for TensorFlow's worker list. The rendezvous address is
+MASTER_ADDR when set (every launcher), the first node of the Slurm step or allocation (the
+node of task 0 under srun's block, cyclic and plane distributions and mpirun's default
+mapping), or 127.0.0.1 when all ranks are on one node; the port is MASTER_PORT or derived
+from the job id.
 
 Communicators (`--dist`):
     torch    torch.distributed: gloo on CPU, nccl on GPU; models wrapped in DDP; a gloo
@@ -41,7 +46,7 @@ import socket
 import struct
 import sys
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
 from hpckit.common.errors import KitError, Terminated
@@ -62,6 +67,10 @@ class Ranks:
     master_addr: str = "127.0.0.1"
     master_port: int = DEFAULT_PORT
     node_hosts: tuple[str, ...] = field(default=())   # one per node, when the launcher says
+    # per rank, from the roll call (roll_call): host name, address the others reach it at, local rank
+    hosts: tuple[str, ...] = field(default=())
+    addrs: tuple[str, ...] = field(default=())
+    local_ranks: tuple[int, ...] = field(default=())
 
     @property
     def is_root(self) -> bool:
@@ -71,20 +80,82 @@ class Ranks:
 # ---------------------------------------------------------------- detection
 
 def expand_hostlist(spec: str) -> list[str]:
-    """Slurm's compressed host list: 'nid[001-003,007],login1' -> nid001 nid002 nid003 nid007 login1."""
+    """Slurm's compressed host list -> host names, in Slurm's order. `scontrol show
+    hostnames` expands it where Slurm is configured (inside a job: SLURM_CONF, or the
+    system's slurm.conf); elsewhere, or where scontrol refuses, the kit's own parser, which
+    takes every form Slurm writes (tested against scontrol in tests/test_multinode.py):
+    'nid[001-003,007],login1', several groups 'cn[01-02],gpu[1-2],fat1', several brackets
+    in one name 'r[1-2]n[01-02]' (r1n01 r1n02 r2n01 r2n02), and a text after the bracket."""
+    spec = spec.strip()
+    if not spec:
+        return []
+    slurm = _scontrol_hostnames(spec)
+    return slurm if slurm is not None else _parse_hostlist(spec)
+
+
+_SCONTROL_CACHE: dict[str, list[str] | None] = {}
+
+
+def _scontrol_hostnames(spec: str) -> list[str] | None:
+    import shutil
+    import subprocess
+    if spec in _SCONTROL_CACHE:
+        return _SCONTROL_CACHE[spec]
+    hosts = None
+    if shutil.which("scontrol") and (os.environ.get("SLURM_CONF") or os.path.exists("/etc/slurm/slurm.conf")):
+        try:
+            proc = subprocess.run(["scontrol", "show", "hostnames", spec], capture_output=True, text=True, timeout=10)
+            if proc.returncode == 0 and proc.stdout.split():
+                hosts = proc.stdout.split()
+        except (OSError, subprocess.SubprocessError):
+            pass
+    _SCONTROL_CACHE[spec] = hosts
+    return hosts
+
+
+def _split_top(spec: str, sep: str = ",") -> list[str]:
+    """Split at `sep` outside brackets."""
+    parts, depth, cur = [], 0, []
+    for ch in spec:
+        if ch == "[":
+            depth += 1
+        elif ch == "]":
+            depth -= 1
+            if depth < 0:
+                raise KitError(f"host list {spec!r}: ']' without '['")
+        if ch == sep and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+        else:
+            cur.append(ch)
+    if depth:
+        raise KitError(f"host list {spec!r}: '[' without ']'")
+    parts.append("".join(cur))
+    return [p for p in parts if p]
+
+
+def _parse_hostlist(spec: str) -> list[str]:
+    import itertools
     hosts: list[str] = []
-    for m in re.finditer(r"([^,\[]+)(?:\[([^\]]*)\])?([^,\[]*)", spec):
-        prefix, ranges, suffix = m.group(1), m.group(2), m.group(3)
-        if ranges is None:
-            hosts.append(prefix + suffix)
-            continue
-        for part in ranges.split(","):
-            lo, _, hi = part.partition("-")
-            if not hi:
-                hosts.append(f"{prefix}{lo}{suffix}")
+    for item in _split_top(spec):
+        pieces = re.split(r"(\[[^\]]*\])", item)
+        choices: list[list[str]] = []
+        for piece in pieces:
+            if not piece.startswith("["):
+                choices.append([piece])
                 continue
-            width = len(lo)
-            hosts.extend(f"{prefix}{i:0{width}d}{suffix}" for i in range(int(lo), int(hi) + 1))
+            values: list[str] = []
+            for part in piece[1:-1].split(","):
+                lo, _, hi = part.strip().partition("-")
+                if not lo.isdigit() or (hi and not hi.isdigit()):
+                    raise KitError(f"host list {spec!r}: range [{part}] is not numeric")
+                if not hi:
+                    values.append(lo)
+                    continue
+                width = len(lo)
+                values.extend(f"{i:0{width}d}" for i in range(int(lo), int(hi) + 1))
+            choices.append(values)
+        hosts.extend("".join(combo) for combo in itertools.product(*choices))
     return hosts
 
 
@@ -358,19 +429,17 @@ class TFComm(Comm):
     def __init__(self, ranks: Ranks, timeout_s: float):
         import json
         super().__init__(ranks)
-        if ranks.nodes > 1 and len(ranks.node_hosts) < ranks.nodes:
-            raise KitError(f"--dist tf on {ranks.nodes} nodes needs the host of every rank: launch with "
-                           "srun (SLURM_STEP_NODELIST) or mpirun inside a Slurm allocation")
-        def host(r):   # block distribution: rank r runs on node r // ranks-per-node
-            return _url_host(ranks.node_hosts[r // ranks.local_size]) if ranks.nodes > 1 else "127.0.0.1"
-
-        # one gRPC port per rank on its node, above the torch rendezvous port
-        workers = [f"{host(r)}:{ranks.master_port + 1 + r % ranks.local_size}" for r in range(ranks.size)]
+        if len(ranks.addrs) != ranks.size:
+            raise KitError("--dist tf: the ranks' hosts are unknown (no roll call): start it through hpckit train")
+        # one gRPC port per rank on its node, above the rendezvous port, at the address the
+        # rank really has (roll_call): srun -m cyclic and mpirun --map-by node place rank r
+        # on node r mod N, not r // ranks-per-node
+        workers = [f"{_url_host(ranks.addrs[r])}:{ranks.master_port + TF_WORKER_PORT_OFFSET + ranks.local_ranks[r]}"
+                   for r in range(ranks.size)]
         os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
                                               "task": {"type": "worker", "index": ranks.rank}})
         # MultiWorkerMirroredStrategy() waits for every worker for ever, deaf to SIGTERM
-        # while it blocks in C++: meet first, on the rendezvous port, under the timeout
-        rendezvous(ranks, timeout_s, "tf.distribute")
+        # while it blocks in C++: the roll call (all ranks met, under the timeout) came first
         import tensorflow as tf
         self.tf = tf
         options = tf.distribute.experimental.CommunicationOptions(
@@ -405,12 +474,77 @@ class TFComm(Comm):
         self.allreduce_sum([0.0])
 
 
+COMM_NAMES = {"torch": "torch.distributed", "tf": "tf.distribute", "horovod": "horovod"}
+# Ports on the rendezvous host: MASTER_PORT is torch's store (torchrun's own agent store
+# under torchrun), the roll call listens on the next one, TensorFlow's workers on the ones
+# after it (one per local rank)
+ROLL_CALL_PORT_OFFSET = 1
+TF_WORKER_PORT_OFFSET = 2
+
+
+def roll_call(ranks: Ranks, timeout_s: float, what: str = "hpckit") -> Ranks:
+    """Every rank tells rank 0 where it runs, rank 0 answers with the whole table: the
+    ranks learn each other's host from the ranks themselves, never from an assumed
+    distribution (srun -m cyclic puts rank 1 on the second node; mpirun --map-by node
+    too). Returns `ranks` with, per rank, its host name, the address the others reach it
+    at (what rank 0 saw it connect from; rank 0's is the rendezvous address) and its local
+    rank; and this rank's node, local rank and local size where the launcher does not say
+    them (Open MPI, PMI, PMIx: from the ranks that share this host; Slurm and torchrun
+    say them and are kept). All ranks meet at master_addr:master_port within timeout_s, or
+    each says in one line who did not come. A single process returns at once."""
+    import json
+    if ranks.size == 1:
+        return replace(ranks, hosts=(socket.gethostname(),), addrs=(ranks.master_addr,), local_ranks=(0,))
+    me = {"host": socket.gethostname(), "local_rank": ranks.local_rank}
+    table = _meet(ranks, timeout_s, what, json.dumps(me).encode())
+    rows = [json.loads(raw) for raw in table]
+    hosts = tuple(r["host"] for r in rows)
+    addrs = tuple(r["addr"] for r in rows)
+    local_ranks = tuple(int(r["local_rank"]) for r in rows)
+    node_order = list(dict.fromkeys(hosts))          # hosts in the order of their first rank
+    on_my_host = [r for r in range(ranks.size) if hosts[r] == hosts[ranks.rank]]
+    out = replace(ranks, hosts=hosts, addrs=addrs, local_ranks=local_ranks)
+    if ranks.launcher in ("openmpi", "pmi", "pmix", "none"):
+        out = replace(out, node=node_order.index(hosts[ranks.rank]), nodes=len(node_order),
+                      local_rank=on_my_host.index(ranks.rank), local_size=len(on_my_host),
+                      node_hosts=tuple(node_order))
+        out = replace(out, local_ranks=tuple(
+            [r2 for r2 in range(ranks.size) if hosts[r2] == hosts[r]].index(r) for r in range(ranks.size)))
+    elif not ranks.node_hosts:
+        out = replace(out, node_hosts=tuple(node_order))
+    return out
+
+
 def rendezvous(ranks: Ranks, timeout_s: float, what: str) -> None:
     """All ranks meet at master_addr:master_port within timeout_s, or each says in one line
-    (KitError) who did not come: rank 0 listens, every other rank connects and sends its
-    number, rank 0 answers all of them once everyone is there. For communicators whose own
-    start-up waits without a deadline (tf.distribute)."""
-    where = f"{what} rendezvous at {ranks.master_addr}:{ranks.master_port} (rank {ranks.rank} of {ranks.size})"
+    (KitError) who did not come."""
+    _meet(ranks, timeout_s, what, b"{}")
+
+
+def _send_blob(conn: socket.socket, blob: bytes) -> None:
+    conn.sendall(struct.pack("!I", len(blob)) + blob)
+
+
+def _recv_blob(conn: socket.socket) -> bytes:
+    head = conn.recv(4, socket.MSG_WAITALL)
+    if len(head) != 4:
+        raise OSError("the connection closed")
+    n = struct.unpack("!I", head)[0]
+    if n > 1 << 24:
+        raise OSError(f"a message of {n} bytes")
+    blob = conn.recv(n, socket.MSG_WAITALL) if n else b""
+    if len(blob) != n:
+        raise OSError("the connection closed")
+    return blob
+
+
+def _meet(ranks: Ranks, timeout_s: float, what: str, mine: bytes) -> list[bytes]:
+    """Rank 0 listens, every other rank connects and sends its number and `mine` (a JSON
+    object); rank 0 answers all of them, once everyone is there, with every rank's object
+    (with "addr": where it connected from) in rank order. Returns that list."""
+    import json
+    port = ranks.master_port + ROLL_CALL_PORT_OFFSET
+    where = f"{what} rendezvous at {ranks.master_addr}:{port} (rank {ranks.rank} of {ranks.size})"
     deadline = time.monotonic() + timeout_s
     family = socket.AF_INET6 if ":" in ranks.master_addr else socket.AF_INET
 
@@ -419,35 +553,52 @@ def rendezvous(ranks: Ranks, timeout_s: float, what: str) -> None:
 
     if ranks.rank == 0:
         try:
-            server = socket.create_server(("", ranks.master_port), family=family)
+            server = socket.create_server(("", port), family=family)
         except OSError as e:
-            raise KitError(f"{where} failed: cannot listen on port {ranks.master_port} ({e.strerror}); "
-                           "set MASTER_PORT to a free port") from None
+            raise KitError(f"{where} failed: cannot listen on port {port} ({e.strerror}); "
+                           "set MASTER_PORT to a free port (the kit uses it and the next ranks-per-node + 1)") from None
         peers: dict[int, socket.socket] = {}
+        rows: dict[int, dict] = {0: {**json.loads(mine), "addr": ranks.master_addr}}
         try:
             while len(peers) < ranks.size - 1 and time.monotonic() < deadline:
                 server.settimeout(left())
                 try:
-                    conn, _ = server.accept()
+                    conn, peer = server.accept()
                     conn.settimeout(left())
-                    peers[struct.unpack("!i", conn.recv(4, socket.MSG_WAITALL))[0]] = conn
-                except (OSError, struct.error):
+                    rank = struct.unpack("!i", conn.recv(4, socket.MSG_WAITALL))[0]
+                    row = json.loads(_recv_blob(conn))
+                except (OSError, struct.error, ValueError):
                     continue
+                if not 0 < rank < ranks.size:
+                    conn.close()
+                    continue
+                if rank in peers:
+                    peers[rank].close()
+                peers[rank] = conn
+                rows[rank] = {**row, "addr": peer[0]}
             missing = [r for r in range(1, ranks.size) if r not in peers]
             if missing:
                 shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
                 raise KitError(f"{where} failed: {len(missing)} of {ranks.size} ranks did not arrive within "
                                f"{timeout_s:g} s (--collective-timeout): rank {shown}")
+            table = json.dumps([rows[r] for r in range(ranks.size)]).encode()
             for conn in peers.values():
-                conn.sendall(b"go")
+                _send_blob(conn, table)
+            # the ranks close first, so the port is free at once for the communicator
+            for conn in peers.values():
+                try:
+                    conn.settimeout(left())
+                    conn.recv(1)
+                except OSError:
+                    pass
         finally:
             for conn in peers.values():
                 conn.close()
             server.close()
-        return
+        return [json.dumps(rows[r]).encode() for r in range(ranks.size)]
     while True:
         try:
-            conn = socket.create_connection((ranks.master_addr, ranks.master_port), timeout=left())
+            conn = socket.create_connection((ranks.master_addr, port), timeout=left())
             break
         except OSError:
             if time.monotonic() >= deadline:
@@ -457,13 +608,16 @@ def rendezvous(ranks: Ranks, timeout_s: float, what: str) -> None:
     try:
         conn.settimeout(left())
         conn.sendall(struct.pack("!i", ranks.rank))
-        if conn.recv(2, socket.MSG_WAITALL) != b"go":
-            raise OSError("rank 0 closed the connection")
-    except OSError as e:
+        _send_blob(conn, mine)
+        table = json.loads(_recv_blob(conn))
+    except (OSError, ValueError) as e:
         raise KitError(f"{where} failed: not every rank arrived within {timeout_s:g} s "
                        f"(--collective-timeout): {e}") from None
     finally:
         conn.close()
+    if len(table) != ranks.size:
+        raise KitError(f"{where} failed: rank 0 answered for {len(table)} ranks")
+    return [json.dumps(row).encode() for row in table]
 
 
 def _url_host(host: str) -> str:

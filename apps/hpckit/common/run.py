@@ -185,6 +185,8 @@ def launch(args, framework: str, cfg: dict) -> Launch:
     stage_dir = Path(args.stage_dir) if args.stage_dir else None
     if stage_dir is not None:
         staging.check_stage_dir(stage_dir, Path(args.data))
+    # where every rank really runs (node, local rank, address), told by the ranks themselves
+    ranks = dist.roll_call(ranks, timeout_s, dist.COMM_NAMES.get(kind, "hpckit"))
     device = None
     if framework == "pytorch":
         device = dist.torch_device(getattr(args, "device", "auto"), ranks)
