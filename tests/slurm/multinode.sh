@@ -19,11 +19,12 @@
 #   tests/slurm/multinode.sh start STATE_DIR [N]     # exit 0 once sinfo sees N nodes idle
 #   tests/slurm/multinode.sh exec STATE_DIR CMD...   # run CMD on the login node (SLURM_CONF set)
 #   tests/slurm/multinode.sh node STATE_DIR NODE CMD...  # run CMD inside compute node NODE
+#   tests/slurm/multinode.sh pids STATE_DIR NODE     # the PIDs of every process on compute node NODE
 #   tests/slurm/multinode.sh stop STATE_DIR          # every process in the namespaces, munged, the namespaces
 #
 # Needs root, Debian's slurm-wlm, munge and iproute2, util-linux (unshare, nsenter).
 set -euo pipefail
-usage="usage: multinode.sh start STATE_DIR [N] | exec STATE_DIR CMD... | node STATE_DIR NODE CMD... | stop STATE_DIR"
+usage="usage: multinode.sh start STATE_DIR [N] | exec STATE_DIR CMD... | node STATE_DIR NODE CMD... | pids STATE_DIR NODE | stop STATE_DIR"
 cmd=${1:?$usage}
 state=$(realpath -m "${2:?$usage}")
 shift 2
@@ -79,6 +80,14 @@ node)
     pid=$(slurmd_pid "$node") || { echo "multinode.sh: no slurmd of node $node under $state" >&2; exit 2; }
     export SLURM_CONF=$state/slurm.conf
     exec nsenter -t "$pid" -n -u -m "$@" ;;
+pids)
+    [ $# = 1 ] || { echo "$usage" >&2; exit 2; }
+    pid=$(slurmd_pid "$1") || { echo "multinode.sh: no slurmd of node $1 under $state" >&2; exit 2; }
+    ns=$(for n in $(ip netns list | awk -v t="$tag-n" 'index($1, t) == 1 {print $1}'); do
+        ip netns pids "$n" | grep -qx "$pid" && echo "$n"; done)
+    [ -n "$ns" ] || { echo "multinode.sh: node $1 has no namespace under $state" >&2; exit 2; }
+    ip netns pids "$ns"
+    exit 0 ;;
 start) ;;
 *) echo "$usage" >&2; exit 2 ;;
 esac

@@ -422,6 +422,16 @@ class HorovodComm(Comm):
         self.hvd.shutdown()
 
 
+def tf_workers(ranks: Ranks) -> list[str]:
+    """TensorFlow's worker list: one gRPC port per rank on its node, above the roll call's
+    port, at the address the rank really has (roll_call): srun -m cyclic and mpirun
+    --map-by node place rank r on node r mod N, not r // ranks-per-node."""
+    if len(ranks.addrs) != ranks.size or len(ranks.local_ranks) != ranks.size:
+        raise KitError("--dist tf: the ranks' hosts are unknown (no roll call): start it through hpckit train")
+    return [f"{_url_host(ranks.addrs[r])}:{ranks.master_port + TF_WORKER_PORT_OFFSET + ranks.local_ranks[r]}"
+            for r in range(ranks.size)]
+
+
 class TFComm(Comm):
     """tf.distribute.MultiWorkerMirroredStrategy over gRPC; one replica per rank."""
     kind = "tf"
@@ -429,13 +439,7 @@ class TFComm(Comm):
     def __init__(self, ranks: Ranks, timeout_s: float):
         import json
         super().__init__(ranks)
-        if len(ranks.addrs) != ranks.size:
-            raise KitError("--dist tf: the ranks' hosts are unknown (no roll call): start it through hpckit train")
-        # one gRPC port per rank on its node, above the rendezvous port, at the address the
-        # rank really has (roll_call): srun -m cyclic and mpirun --map-by node place rank r
-        # on node r mod N, not r // ranks-per-node
-        workers = [f"{_url_host(ranks.addrs[r])}:{ranks.master_port + TF_WORKER_PORT_OFFSET + ranks.local_ranks[r]}"
-                   for r in range(ranks.size)]
+        workers = tf_workers(ranks)
         os.environ["TF_CONFIG"] = json.dumps({"cluster": {"worker": workers},
                                               "task": {"type": "worker", "index": ranks.rank}})
         # MultiWorkerMirroredStrategy() waits for every worker for ever, deaf to SIGTERM
@@ -513,6 +517,26 @@ def roll_call(ranks: Ranks, timeout_s: float, what: str = "hpckit") -> Ranks:
     elif not ranks.node_hosts:
         out = replace(out, node_hosts=tuple(node_order))
     return out
+
+
+def peer_named_in(ranks: Ranks, text: str) -> str | None:
+    """The node a communicator's error names by address ('Read error [10.77.0.12]:35209:
+    Connection reset by peer'), from the roll call's table: 'node cn02 (ranks 1, 4 at
+    10.77.0.12)', or None when the text names no rank's address."""
+    if not ranks.addrs:
+        return None
+    for addr in re.findall(r"\[?([0-9]{1,3}(?:\.[0-9]{1,3}){3}|[0-9a-fA-F:]*:[0-9a-fA-F:]+)\]?:[0-9]+", text):
+        on = [r for r in range(ranks.size) if ranks.addrs[r] == addr]
+        if not on:   # rank 0's entry is the rendezvous name: compare by what it resolves to
+            try:
+                resolved = {ai[4][0] for ai in socket.getaddrinfo(ranks.addrs[0], None)}
+            except OSError:
+                resolved = set()
+            on = [0] if addr in resolved else []
+        if on and ranks.rank not in on:
+            host = ranks.hosts[on[0]] if ranks.hosts else addr
+            return f"node {host} (rank{'s' if len(on) > 1 else ''} {', '.join(map(str, on))} at {addr})"
+    return None
 
 
 def rendezvous(ranks: Ranks, timeout_s: float, what: str) -> None:

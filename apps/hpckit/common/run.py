@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import math
 import os
+import socket
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -326,8 +327,13 @@ class MLPerfRun:
         if self.ranks.size > 1 and not isinstance(exc, KitError):
             # a collective failed under us (a peer died, a timeout): say so in one line; the
             # process group is left alone, the launcher tears the job down
-            reason = (f"rank {self.ranks.rank} of {self.ranks.size}: a collective failed ({reason}); "
-                      "another rank probably died or hung: see its output")
+            lost = dist.peer_named_in(self.ranks, reason)
+            if lost:
+                reason = (f"rank {self.ranks.rank} of {self.ranks.size}: lost {lost}: a collective failed "
+                          f"({reason}); that node or its ranks died: see its output")
+            else:
+                reason = (f"rank {self.ranks.rank} of {self.ranks.size}: a collective failed ({reason}); "
+                          "another rank probably died or hung: see its output")
         # on a full disk these may fail too: the log keeps its last complete line and
         # summary.json is absent (atomic), the original error is the one reported
         try:
@@ -396,9 +402,12 @@ class MLPerfRun:
             root = Path(stage_dir) / f"hpckit-stage-{token:08x}"
             dest = {split: root / split for split in shares}
             if self.ranks.local_rank == 0:
-                self.staged_made = staging.make_own_dir(root)
-                for split, files in shares.items():
-                    nbytes += staging.copy_files(files, dest[split])
+                try:
+                    self.staged_made = staging.make_own_dir(root)
+                    for split, files in shares.items():
+                        nbytes += staging.copy_files(files, dest[split])
+                except KitError as e:   # which node's scratch failed, on a job of many
+                    raise KitError(f"node {socket.gethostname()}: staging: {e}") from None
             self.comm.barrier(timeout_s=STAGING_TIMEOUT_S)
         self.staging_s = watch.elapsed()
         self.log.end(C.STAGING_STOP, metadata={"staging_duration": self.staging_s, "staged": dest is not None,
