@@ -391,7 +391,7 @@ def test_reframe_across_three_nodes(cluster, tmp_path):
     assert re.search(r"PASSED\s*\] Ran 5/5 test case", out), out[-3000:]
     output = tmp_path / "rfm" / "output" / "slurm-multinode" / "batch" / "hpckit-venv"
     scripts = [p.read_text() for p in output.glob("*Check_*/rfm_job.sh")]
-    assert len(scripts) == 3 and all("#SBATCH --nodes=3" in s and "#SBATCH --ntasks=3" in s for s in scripts), scripts
+    assert len(scripts) == 3 and all("#SBATCH --ntasks-per-node=1" in s and "#SBATCH --ntasks=3" in s for s in scripts), scripts
     summaries = [json.loads(p.read_text()) for p in output.glob("*Check_*/summary.json")]
     assert len(summaries) == 3
     for s in summaries:

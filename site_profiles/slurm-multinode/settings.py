@@ -34,7 +34,9 @@ site_configuration = venv_configuration(
         'descr': f'Slurm partition batch, {NODES} nodes x {RANKS_PER_NODE} ranks per run through srun',
         'scheduler': 'squeue',
         'launcher': 'srun',
-        'access': [f"--partition={env('HPCKIT_SLURM_PARTITION', 'batch')}", f'--nodes={NODES}'],
+        # --ntasks=ranks with --ntasks-per-node=ranks_per_node: Slurm spreads a training's
+        # ranks over the nodes; the dataset jobs (one task) take one node
+        'access': [f"--partition={env('HPCKIT_SLURM_PARTITION', 'batch')}"],
         'features': ['mlperf'],
         'max_jobs': 1,
         'time_limit': '30m',
