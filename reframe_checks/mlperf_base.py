@@ -241,6 +241,9 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
         if 'ranks_per_node' in extras:
             self.num_tasks_per_node = int(extras['ranks_per_node'])
         self.local_batch_size = self.local_batch_size or int(extras.get('local_batch_size', 0))
+        # a site's `--set key=value` for one benchmark (e.g. a validation set cut to a
+        # multiple of the rank count), after the check's own
+        self.overrides = [*self.overrides, *extras.get('overrides', {}).get(self.benchmark, [])]
         if not self.stage_dir and extras.get('stage_dir'):
             # node-local scratch, one directory per test so concurrent checks do not collide
             self.stage_dir = os.path.join(extras['stage_dir'], self.unique_name)
