@@ -84,7 +84,7 @@ pids)
     [ $# = 1 ] || { echo "$usage" >&2; exit 2; }
     pid=$(slurmd_pid "$1") || { echo "multinode.sh: no slurmd of node $1 under $state" >&2; exit 2; }
     ns=$(for n in $(ip netns list | awk -v t="$tag-n" 'index($1, t) == 1 {print $1}'); do
-        ip netns pids "$n" | grep -qx "$pid" && echo "$n"; done)
+        if ip netns pids "$n" | grep -x "$pid" >/dev/null; then echo "$n"; fi; done)
     [ -n "$ns" ] || { echo "multinode.sh: node $1 has no namespace under $state" >&2; exit 2; }
     ip netns pids "$ns"
     exit 0 ;;
