@@ -323,3 +323,16 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
     @performance_function('epochs')
     def epochs(self):
         return self.summary['epochs']
+
+    # What the run used, measured by the run (summary.json's usage block; 0 where not measured)
+    @performance_function('MiB')
+    def peak_memory(self):
+        return (self.summary['usage']['peak_rss_bytes_max'] or 0) / 2 ** 20
+
+    @performance_function('MB/s')
+    def staging_read_bandwidth(self):
+        return self.summary['usage']['staging_read_MBps'] or 0.0
+
+    @performance_function('MB')
+    def epoch_read(self):
+        return (self.summary['usage']['train_read_bytes_per_epoch'] or 0) / 1e6

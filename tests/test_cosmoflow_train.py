@@ -93,6 +93,30 @@ def test_staging_copies_the_share_inside_the_clock(converged_run, mini_data):
     assert (stage / "train" / "other-dataset.tfrecord").read_bytes() == b"not the kit's"
 
 
+def test_what_the_run_used_is_measured(converged_run, mini_data):
+    """summary.json's usage block and the log's hpckit_usage line (common/usage.py): the
+    staging copy read the dataset once, every epoch read the train split from the staged
+    copy (GZIP TFRecords are read whole, so at least their size on disk), the one rank's
+    peak memory is a real process's (torch alone is well over 100 MB)."""
+    out, _, _ = converged_run
+    events = mllog(out / "mlperf.log")
+    s = json.loads((out / "summary.json").read_text())
+    u = s["usage"]
+    size = {split: sum(p.stat().st_size for p in (mini_data / split).iterdir()) for split in ("train", "validation")}
+    stop = next(e for e in events if e["key"] == "staging_stop")
+    assert stop["metadata"]["read_bytes_all_ranks"] == u["staging_read_bytes"] >= sum(size.values())
+    assert u["staging_read_MBps"] == pytest.approx(u["staging_read_bytes"] / s["staging_s"] / 1e6)
+    assert size["train"] <= u["train_read_bytes_per_epoch"] < 3 * sum(size.values())
+    assert size["validation"] <= u["eval_read_bytes_per_epoch"] < 3 * sum(size.values())
+    assert len(u["peak_rss_bytes_per_rank"]) == 1 and u["peak_rss_bytes_max"] > 100e6
+    per_epoch = [e for e in events if e["key"] == "hpckit_epoch_usage"]
+    assert [e["metadata"]["epoch_num"] for e in per_epoch] == list(range(1, s["epochs"] + 1))
+    assert sum(e["value"]["train_read_bytes"] for e in per_epoch) == pytest.approx(
+        u["train_read_bytes_per_epoch"] * s["epochs"])
+    logged = [e for e in events if e["key"] == "hpckit_usage"]
+    assert len(logged) == 1 and logged[0]["value"] == u and events[-2] is logged[0]   # just before run_stop
+
+
 def test_cache_clear_really_evicts(converged_run):
     out, _, _ = converged_run
     clear = next(e for e in mllog(out / "mlperf.log") if e["key"] == "cache_clear")
@@ -108,6 +132,7 @@ def test_tensorflow_backend_trains_and_logs(mini_data, tmp_path):
     s = json.loads((out / "summary.json").read_text())
     assert proc.returncode == (0 if s["converged"] else 3), proc.stderr[-3000:]
     assert s["framework"] == "tensorflow" and s["epochs"] == 2 and "tensorflow" in s["software"]
+    assert s["usage"]["train_read_bytes_per_epoch"] > 0 and s["usage"]["peak_rss_bytes_max"] > 100e6   # tf.data threads
     # two epochs learn something: well below the trivial predictor's ~0.5
     assert s["final_eval_error"] < 0.45
     assert (out / "tensorflow-native.log").exists()

@@ -20,7 +20,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
-from hpckit.common import cores, determinism, memory, precision, provenance, staging
+from hpckit.common import cores, determinism, memory, precision, provenance, staging, usage
 from hpckit.common.config import flatten
 from hpckit.common import dist
 from hpckit.common.dist import Ranks
@@ -28,6 +28,10 @@ from hpckit.common.errors import KitError, disk_error, is_disk_error
 from hpckit.common.fileio import ensure_writable_dir
 from hpckit.common.mllog import HPC, C, MLLogger
 from hpckit.common.summary import software_stack, write_summary
+
+# The kit's own log keys for what a run used (usage_record), beside hpckit_config.
+HPC_USAGE = "hpckit_usage"
+HPC_USAGE_EPOCH = "hpckit_epoch_usage"
 
 # Waiting for the slowest node to stage its share (a global barrier with its own timeout:
 # staging a 1/N share of a multi-TB dataset takes minutes, longer than a collective may).
@@ -301,6 +305,13 @@ class MLPerfRun:
         self.keep_staged = launched.keep_staged
         self.stop_reason: str | None = None   # why a run stopped early (diverged)
         self.staged_made: list[Path] = []   # what staging created on this node, removed at the end
+        # what the run used (common/usage.py): bytes read, summed over all ranks, and every
+        # rank's peak memory as of its last epoch end (gathered with the epoch's counts)
+        self.peaks = usage.PeakMemory()
+        self.used: dict = {"staging_read_bytes": None, "staging_read_MBps": None,
+                           "train_read_bytes": 0, "eval_read_bytes": 0, "io_epochs": 0,
+                           "peak_rss_bytes_per_rank": None, "peak_worker_rss_bytes_per_rank": None,
+                           "peak_gpu_bytes_per_rank": None}
         # the stack and machine this run is made with, recorded now (common/provenance.py)
         self.provenance = provenance.collect(framework) if self.ranks.rank == 0 else None
 
@@ -337,7 +348,7 @@ class MLPerfRun:
         # on a full disk these may fail too: the log keeps its last complete line and
         # summary.json is absent (atomic), the original error is the one reported
         try:
-            self.log.run_stop("aborted", reason=reason)
+            self._run_stop("aborted", reason=reason)
         except OSError:
             pass
         try:
@@ -395,6 +406,7 @@ class MLPerfRun:
         import secrets
         self.log.start(C.STAGING_START)
         watch = staging.Stopwatch()
+        io_before = usage.io_counters()
         dest = root = None
         nbytes = 0
         if stage_dir is not None:
@@ -410,8 +422,13 @@ class MLPerfRun:
                     raise KitError(f"node {socket.gethostname()}: staging: {e}") from None
             self.comm.barrier(timeout_s=STAGING_TIMEOUT_S)
         self.staging_s = watch.elapsed()
+        read = usage.io_delta(io_before, usage.io_counters()) or {"rchar": 0}
+        read_all = int(self.comm.allreduce_sum([float(read["rchar"])])[0])   # every node's copy
+        self.used["staging_read_bytes"] = read_all
+        self.used["staging_read_MBps"] = usage.mb_per_s(read_all, self.staging_s) if dest is not None else None
         self.log.end(C.STAGING_STOP, metadata={"staging_duration": self.staging_s, "staged": dest is not None,
-                                                "bytes": nbytes, "stage_dir": str(root) if root else None})
+                                                "bytes": nbytes, "stage_dir": str(root) if root else None,
+                                                "read_bytes_all_ranks": read_all})
         return dest
 
     def _remove_staged(self) -> None:
@@ -468,18 +485,21 @@ class MLPerfRun:
         metric (DeepCAM's eval_loss)."""
         for epoch in range(1, n_epochs + 1):
             self.log.start(C.EPOCH_START, metadata={"epoch_num": epoch})
+            io_start = usage.io_counters()
             try:
                 samples, seconds = train_epoch(epoch)
             except Diverged as e:
                 self.epochs_done, self.status, self.stop_reason = epoch, "aborted", str(e)
-                self.log.run_stop("aborted", reason=str(e))
+                self._run_stop("aborted", reason=str(e))
                 return False
+            io_trained = usage.io_counters()
             self.train_samples += samples
             self.train_seconds += seconds
             self.log.event(HPC.THROUGHPUT, samples / seconds if seconds > 0 else 0.0, metadata={"epoch_num": epoch})
             self.log.start(C.EVAL_START, metadata={"epoch_num": epoch})
             metric, n_eval, eval_s, *rest = evaluate()
             extra = rest[0] if rest else []
+            io_evaluated = usage.io_counters()
             self.eval_samples += n_eval
             self.eval_seconds += eval_s
             if self.style.metric_in_eval:
@@ -489,22 +509,71 @@ class MLPerfRun:
             if not self.style.metric_in_eval:
                 self._log_metric(epoch, metric, extra)
             self.epochs_done, self.last_metric = epoch, float(metric)
+            self._count_epoch(epoch, usage.io_delta(io_start, io_trained), usage.io_delta(io_trained, io_evaluated),
+                              seconds)
             if self.quality.reached(metric):
                 self.status = "success"
-                self.log.run_stop("success")
+                self._run_stop("success")
                 return True
             if not math.isfinite(metric):
                 self.status, self.stop_reason = "aborted", f"{self.quality.metric} is {metric}: training diverged"
-                self.log.run_stop("aborted", reason=self.stop_reason)
+                self._run_stop("aborted", reason=self.stop_reason)
                 return False
             if self.max_steps is not None and self.steps_done >= self.max_steps:
                 self.status = "aborted"
-                self.log.run_stop("aborted", reason=f"step-limited: train.max_steps {self.max_steps} reached "
+                self._run_stop("aborted", reason=f"step-limited: train.max_steps {self.max_steps} reached "
                                                     "(a smoke test of the full path, not an MLPerf result)")
                 return False
         self.status = "aborted"
-        self.log.run_stop("aborted", reason=f"target not reached in {n_epochs} epochs")
+        self._run_stop("aborted", reason=f"target not reached in {n_epochs} epochs")
         return False
+
+    def _count_epoch(self, epoch: int, train_io: dict | None, eval_io: dict | None, train_s: float) -> None:
+        """One collective per epoch, on every rank: the bytes all ranks read while training
+        and evaluating, and each rank's peak memory so far (rank r's slots of the vector)."""
+        n = self.ranks.size
+        peak = self.peaks.sample()
+        vec = [float((train_io or {}).get("rchar", 0)), float((eval_io or {}).get("rchar", 0))] + [0.0] * (3 * n)
+        for i, key in enumerate(("main_bytes", "workers_bytes", "gpu_bytes")):
+            vec[2 + i * n + self.ranks.rank] = float(peak[key] or 0)
+        total = self.comm.allreduce_sum(vec)
+        train_b, eval_b = int(total[0]), int(total[1])
+        self.used["train_read_bytes"] += train_b
+        self.used["eval_read_bytes"] += eval_b
+        self.used["io_epochs"] += 1
+        for i, key in enumerate(("peak_rss_bytes_per_rank", "peak_worker_rss_bytes_per_rank",
+                                 "peak_gpu_bytes_per_rank")):
+            values = [int(v) for v in total[2 + i * n: 2 + (i + 1) * n]]
+            self.used[key] = values if any(values) else None
+        self.log.event(HPC_USAGE_EPOCH, {"train_read_bytes": train_b, "eval_read_bytes": eval_b,
+                                         "train_read_MBps": usage.mb_per_s(train_b, train_s)},
+                       metadata={"epoch_num": epoch})
+
+    def usage_record(self) -> dict:
+        """summary.json's `usage` block and the hpckit_usage log line: measured, all ranks."""
+        u, epochs = self.used, self.used["io_epochs"]
+        peaks = u["peak_rss_bytes_per_rank"]
+        return {
+            "peak_rss_bytes_per_rank": peaks,
+            "peak_rss_bytes_max": max(peaks) if peaks else None,
+            "peak_worker_rss_bytes_per_rank": u["peak_worker_rss_bytes_per_rank"],
+            "peak_gpu_bytes_per_rank": u["peak_gpu_bytes_per_rank"],
+            "staging_read_bytes": u["staging_read_bytes"],
+            "staging_read_MBps": u["staging_read_MBps"],
+            "train_read_bytes_per_epoch": u["train_read_bytes"] / epochs if epochs else None,
+            "train_read_MBps": usage.mb_per_s(u["train_read_bytes"], self.train_seconds),
+            "eval_read_bytes_per_epoch": u["eval_read_bytes"] / epochs if epochs else None,
+            "measured": "rchar of /proc/<pid>/io over each rank and its loader workers, summed over ranks; "
+                        "peaks: VmHWM of each rank's main process, its largest worker",
+        }
+
+    def _run_stop(self, status: str, reason: str | None = None) -> None:
+        if self.log.run_started and not self.log.run_stopped:   # inside the timed region, once
+            self.log.event(HPC_USAGE, self.usage_record())
+        if reason is None:
+            self.log.run_stop(status)
+        else:
+            self.log.run_stop(status, reason=reason)
 
     def check_replicas(self, fingerprint: float) -> None:
         """Every rank's model must be the same at the end (data parallelism that does not
@@ -558,6 +627,7 @@ class MLPerfRun:
             "seed": self.seed,
             "replicas_in_sync": self.replicas_in_sync,
             "cache_clear": self.cache_report,
+            "usage": self.usage_record(),
             "software": software_stack(self.framework),
             "provenance": self.provenance,
             "mlperf_log": "mlperf.log",

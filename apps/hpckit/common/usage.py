@@ -1,0 +1,107 @@
+"""What a run used, measured while it runs, never estimated: resident memory and bytes read.
+
+Read from Linux's own accounting of the process, so it costs a few /proc reads per epoch:
+
+- bytes read: `rchar` of /proc/<pid>/io, the bytes every read(2), pread, sendfile and
+  copy_file_range returned, page cache hits included (`read_bytes`, what reached the block
+  layer, is kept beside it: 0 on a warm page cache or a tmpfs). Summed over this process
+  and its live descendants (PyTorch's loader workers, tf.data's threads are in-process);
+  a reaped child's counts are already in its parent's (the kernel adds them at wait()), so
+  nothing is counted twice or lost when workers are restarted each epoch.
+- peak resident memory: `VmHWM` of /proc/self/status (the main process: model, optimizer,
+  activations, batches) and, separately, the largest of its loader workers (live ones' VmHWM,
+  reaped ones' ru_maxrss of RUSAGE_CHILDREN): a node needs the main process plus each worker.
+- GPU memory: torch.cuda.max_memory_allocated when the run is on CUDA.
+
+Where /proc is absent (not Linux) the counters read None and the run goes on.
+"""
+
+from __future__ import annotations
+
+import resource
+import sys
+from pathlib import Path
+
+
+def _children(pid: int | str) -> list[int]:
+    out = []
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+def descendants(pid: int | str = "self") -> list[int]:
+    """Live descendants of pid (loader workers and their children)."""
+    seen, todo = [], _children(pid)
+    while todo:
+        p = todo.pop()
+        if p not in seen:
+            seen.append(p)
+            todo += _children(p)
+    return seen
+
+
+def _io(pid: int | str) -> dict[str, int] | None:
+    try:
+        fields = dict(line.split(": ") for line in Path(f"/proc/{pid}/io").read_text().splitlines())
+        return {"rchar": int(fields["rchar"]), "read_bytes": int(fields["read_bytes"])}
+    except (OSError, ValueError, KeyError):
+        return None
+
+
+def io_counters() -> dict[str, int] | None:
+    """rchar and read_bytes of this process and its live descendants, or None without /proc."""
+    own = _io("self")
+    if own is None:
+        return None
+    for pid in descendants():
+        child = _io(pid)   # a worker that exits meanwhile is in ours already, or will be
+        if child:
+            own = {k: own[k] + child[k] for k in own}
+    return own
+
+
+def io_delta(before: dict | None, after: dict | None) -> dict[str, int] | None:
+    if before is None or after is None:
+        return None
+    return {k: max(after[k] - before[k], 0) for k in before}
+
+
+def _hwm(pid: int | str) -> int | None:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) * 1024
+    except (OSError, ValueError):
+        pass
+    return None
+
+
+class PeakMemory:
+    """The peaks seen so far; sample() at epoch ends and before the summary."""
+
+    def __init__(self) -> None:
+        self.workers = 0
+
+    def sample(self) -> dict[str, int | None]:
+        for pid in descendants():
+            self.workers = max(self.workers, _hwm(pid) or 0)
+        reaped = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss * 1024   # KiB on Linux
+        self.workers = max(self.workers, reaped)
+        out = {"main_bytes": _hwm("self"), "workers_bytes": self.workers or None, "gpu_bytes": None}
+        try:
+            torch = sys.modules.get("torch")   # never imported here just to ask
+            if torch is not None and torch.cuda.is_available() and torch.cuda.is_initialized():
+                out["gpu_bytes"] = int(torch.cuda.max_memory_allocated())
+        except Exception:   # a broken CUDA runtime is not this module's verdict to give
+            pass
+        return out
+
+
+def mb_per_s(nbytes: float | None, seconds: float | None) -> float | None:
+    if nbytes is None or not seconds or seconds <= 0:
+        return None
+    return nbytes / seconds / 1e6
