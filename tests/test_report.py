@@ -434,6 +434,9 @@ def test_site_sets_carry_the_profiles_system_and_runs_of_names_one_set(tmp_path)
     assert [cell(site[0], k)["text"] for k in ("ttt", "ttt-min", "ttt-max")] == ["3.00", "2.00", "4.00"]
     sid = cell(site[0], "sid")["text"]
     assert sid == "site:Test/corigpu_hpckit/strong/cosmoflow"
+    # the scores table and the printed lines name it too
+    score = next(r for r in t.tables["scores"] if "site" in r["class"].split())
+    assert score["cells"][3]["text"] == "corigpu_hpckit" and "| corigpu_hpckit | 3 runs |" in proc.stdout
     # the per-run view: the three site runs, not the published ten
     assert len(t.tables["runs"]) == 3 and all("site" in r["class"].split() for r in t.tables["runs"])
     pub = next(r for r in t.tables["sets"] if "published" in r["class"].split())

@@ -307,7 +307,7 @@ def set_views(sets: list[dict], facts: dict, origin: str, site_desc: dict | None
         counted = [f for f in fs if f.log.path in s.get("counted_paths", set())]
         sc = s["score"]
         if origin == "site" and site_desc:
-            system, node = site_desc.get("system_name") or str(s["platform"]), _node_description(site_desc)
+            system, node = str(s["platform"]), _node_description(site_desc)
         else:
             system, node = str(s["platform"]), _node_description(_system_desc(s.get("org_dir"), s.get("system")))
         accs = sorted({f.log.accelerators_per_node for f in fs if f.log.accelerators_per_node is not None})
@@ -849,6 +849,13 @@ def main(args) -> int:
     site_sets, site_facts = gather(args.runs, "site", seen)
     if not site_sets:
         raise KitError("no site runs left to report (every RUN repeats a --published log?)")
+    if site_desc and site_desc.get("system_name"):
+        # the site's runs were made on the profile's system, whatever platform they logged
+        # (the configs log `unknown`): every table, figure and scores.json names it
+        for s in site_sets:
+            s["logged_platform"], s["platform"] = s["platform"], site_desc["system_name"]
+            for _, r in s["runs"]:
+                site_facts[r.path].set_label = _set_label(s, "site")
     pub_sets, pub_facts = gather(args.published, "published", seen)
     perf_rows = read_perflogs(args.perflog)
     facts = {**site_facts, **pub_facts}
