@@ -593,9 +593,11 @@ def _cell(value, fmt: str = "{:.2f}", cls: str = "") -> str:
 
 
 def _table(tid: str, headers: list[str], rows: list[str]) -> str:
+    """A table one line per row (cells never wrap: a row's height does not depend on its text),
+    scrolled sideways inside the page's width when it is wider."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    return (f'<table id="{tid}"><thead><tr>{head}</tr></thead><tbody>\n'
-            + "\n".join(rows) + "\n</tbody></table>")
+    return (f'<div class="wide"><table id="{tid}"><thead><tr>{head}</tr></thead><tbody>\n'
+            + "\n".join(rows) + "\n</tbody></table></div>")
 
 
 def _score_rows(sets: list[dict], origin: str) -> list[str]:
@@ -698,7 +700,8 @@ def _allowed_text(row: dict) -> str:
 
 CSS = """body{font-family:sans-serif;margin:1.5em;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:12px}
-th,td{border:1px solid #bbb;padding:2px 4px;text-align:right}
+div.wide{overflow-x:auto;max-width:100%}
+th,td{border:1px solid #bbb;padding:2px 4px;text-align:right;white-space:nowrap}
 th{background:#eee}td.name,td.label,td:first-child{text-align:left}
 img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}
 p.note{font-size:13px;color:#555}"""
