@@ -434,28 +434,39 @@ def _plot_tts(plt, views: list[SetView], out: Path) -> None:
 
 
 def _plot_runs(plt, v: SetView, out: Path, name: str) -> None:
-    """The runs of one set on one time line (minutes since the set's first run_start): a
-    row per run from its run_start to its run_stop, staging first; fixed size, whatever the
-    number of runs."""
-    fs = sorted(v.facts, key=lambda f: f.log.run_start_ms)
-    t0 = fs[0].log.run_start_ms
+    """Every run of one set in a figure of fixed size, whatever the number of runs. Strong
+    scaling: a row per run from its own run_start, staging, training and evaluation stacked,
+    slowest last (the runs were made one after another, possibly days apart). Weak scaling:
+    the instances on one time line (minutes since the set's first run_start), staging first,
+    so their overlap and the last one to finish show."""
+    weak = v.scaling == "weak"
+    fs = sorted(v.facts, key=(lambda f: f.log.run_start_ms) if weak else (lambda f: f.total_s))
+    t0 = min(f.log.run_start_ms for f in fs)
     fig, ax = plt.subplots(figsize=(12, 5))
     y = list(range(len(fs)))
-    starts = [(f.log.run_start_ms - t0) / 60000.0 for f in fs]
-    staging = [(f.staging_s or 0.0) / 60.0 for f in fs]
-    rest = [f.total_s / 60.0 - s for f, s in zip(fs, staging)]
-    ax.barh(y, staging, left=starts, color=COLORS["staging"], label="staging", height=0.8, linewidth=0)
-    ax.barh(y, rest, left=[a + b for a, b in zip(starts, staging)], height=0.8, linewidth=0,
-            color=[COLORS["training"] if f in v.counted else "#999999" for f in fs],
-            label="training and evaluation")
+    starts = [(f.log.run_start_ms - t0) / 60000.0 if weak else 0.0 for f in fs]
+    parts = [("staging", [(f.staging_s or 0.0) / 60.0 for f in fs])]
+    if weak:
+        parts.append(("training and evaluation", [f.total_s / 60.0 - (f.staging_s or 0.0) / 60.0 for f in fs]))
+    else:
+        parts += [("training", [f.train_s / 60.0 for f in fs]), ("evaluation", [f.eval_s / 60.0 for f in fs])]
+    lefts = starts
+    for label, vals in parts:
+        color = COLORS.get(label, COLORS["training"])
+        if label != "staging":   # a run that does not count for the score: grey
+            color = [color if f in v.counted else "#999999" for f in fs]
+        ax.barh(y, vals, left=lefts, color=color, label=label, height=0.8, linewidth=0)
+        lefts = [a + b for a, b in zip(lefts, vals)]
     if len(fs) <= 40:
         ax.set_yticks(y, [_short(f) for f in fs], fontsize=7)
     else:
         ax.set_ylabel(f"{len(fs)} runs, by start time")
     ax.invert_yaxis()
-    ax.set_xlabel("minutes since the set's first run_start (grey: a run that does not count)")
+    ax.set_xlabel(("minutes since the set's first run_start" if weak else "minutes since each run's run_start")
+                  + " (grey: a run that does not count)")
     ax.set_title(f"{v.sid}: {len(fs)} runs", fontsize=9, loc="left")
-    ax.legend(fontsize=7, loc="lower right")
+    ax.set_xlim(left=0)
+    ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, frameon=False)
     ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
     _save(fig, out / name)
