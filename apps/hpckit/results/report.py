@@ -385,7 +385,7 @@ def _plot_tts(plt, views: list[SetView], out: Path) -> None:
         highs = [max(0.0, v.hi_s / 60.0 - t) if v.scaling == "strong" else 0.0 for t, v in zip(totals, vs)]
         floor = min(totals + [v.lo_s / 60.0 for v in vs]) / 3.0
         left.barh(y, [t - floor for t in totals], left=floor, color=[ORIGIN_COLORS[v.origin] for v in vs],
-                  hatch=None, alpha=0.85, height=0.7)
+                  alpha=0.85, height=0.7)
         for i, v in enumerate(vs):
             if v.scaling == "weak":   # instances' own times to train, inside the set's time
                 left.plot([v.lo_s / 60.0, v.hi_s / 60.0], [i, i], color="black", linewidth=1.2)
