@@ -405,7 +405,9 @@ def test_page_length_does_not_grow_with_the_number_of_runs(tmp_path):
         heights[n] = page_height(out, tmp_path)
     (n_small, (small, small_imgs)), (n_big, (big, big_imgs)) = sorted(heights.items())
     assert n_big >= 2.5 * n_small, (n_small, n_big)
-    assert big_imgs == small_imgs, (small_imgs, big_imgs)
+    # (tts.png is cut to its labels: a pixel or two with other numbers in them)
+    assert big_imgs.keys() == small_imgs.keys() and all(
+        big_imgs[k] <= small_imgs[k] * 1.02 + 2 for k in big_imgs), (small_imgs, big_imgs)
     # (the smaller copy's invalid sets say why in longer cells: it may be the taller one)
     assert big <= 1.02 * small, (n_small, small, n_big, big)
     assert big < 8000, big

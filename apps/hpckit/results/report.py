@@ -241,7 +241,7 @@ class SetView:
 
     @property
     def label(self) -> str:
-        text = f"{_middle(self.org, 18)} {_middle(self.system, 34)} | {self.scaling}" \
+        text = f"{_middle(self.org, 16)} {_middle(self.system, 30)} | {self.scaling}" \
             + (f" {self.division}" if self.division not in ("closed", "") else "") + f" | {self.scale}"
         return ("[site] " if self.origin == "site" else "") + text
 
@@ -255,6 +255,7 @@ def _middle(text: str, width: int) -> str:
 
 
 def _median_of(fs: list, key):
+    """The median run: a run that was made, so of an even number the faster middle one."""
     if not fs:
         return None
     ordered = sorted(fs, key=key)
@@ -288,12 +289,13 @@ def _node_description(desc: dict) -> str:
 def _scale_text(nodes, acc, models=None) -> str:
     n = nodes if nodes is not None and not isinstance(nodes, list) else \
         ("/".join(map(str, nodes)) if isinstance(nodes, list) else "?")
+    nodes_text = f"{n} node" if n == 1 else f"{n} nodes"
     if acc:
-        unit = f"{n} nodes x {acc} acc"
+        unit = f"{nodes_text} x {acc} acc"
     elif acc == 0:
-        unit = f"{n} nodes, CPU"
+        unit = f"{nodes_text}, CPU"
     else:
-        unit = f"{n} nodes"
+        unit = nodes_text
     return f"{models} x ({unit})" if models is not None else unit
 
 
@@ -361,10 +363,12 @@ def shown_sets(views: list[SetView], benchmark: str) -> tuple[list[SetView], int
 
 # ---- plots -----------------------------------------------------------------------------
 
-def _save(fig, path: Path) -> None:
+def _save(fig, path: Path, tight: bool = False) -> None:
+    """tight: the PNG grows to hold labels longer than the layout left room for (labels are
+    cut to a bounded length, so the figure stays bounded)."""
     from hpckit.common.fileio import atomic_path
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=90)
+        fig.savefig(tmp, format="png", dpi=90, **({"bbox_inches": "tight", "pad_inches": 0.1} if tight else {}))
 
 
 def _plot_tts(plt, views: list[SetView], out: Path) -> None:
@@ -377,7 +381,7 @@ def _plot_tts(plt, views: list[SetView], out: Path) -> None:
     rows = [shown_sets(views, b) for b in benches]
     heights = [0.27 * len(vs) + 1.2 for vs, _ in rows]
     fig, axes = plt.subplots(len(benches), 2, figsize=(14, sum(heights) + 0.4), squeeze=False,
-                             gridspec_kw={"height_ratios": heights, "width_ratios": [3, 2]})
+                             gridspec_kw={"height_ratios": heights, "width_ratios": [5, 3]})
     for (left, right), bench, (vs, hidden) in zip(axes, benches, rows):
         y = list(range(len(vs)))
         totals = [v.total_s / 60.0 for v in vs]
@@ -429,7 +433,7 @@ def _plot_tts(plt, views: list[SetView], out: Path) -> None:
         right.set_xlabel("median run's time to train (%)", fontsize=7)
         right.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=6, frameon=False)
     fig.tight_layout()
-    _save(fig, out / "tts.png")
+    _save(fig, out / "tts.png", tight=True)
     plt.close(fig)
 
 
