@@ -104,9 +104,9 @@ def kit_scores(tmp_path, *paths) -> list[dict]:
     return json.loads(js.read_text())["sets"]
 
 
-def check_images(out: Path, t: Tables):
+def check_images(out: Path, t: Tables, runs_of: int = 0):
     import matplotlib.image as mpimg
-    assert sorted(t.imgs) == ["history.png", "scaling.png", "tts.png"]
+    assert sorted(t.imgs) == ["history.png"] + [f"runs-{i}.png" for i in range(runs_of)] + ["scaling.png", "tts.png"]
     for src in t.imgs:
         assert not Path(src).is_absolute() and (out / src).is_file()
         img = mpimg.imread(out / src)
@@ -148,7 +148,7 @@ def screenshot(out: Path, tmp_path: Path) -> Path:
     title = dom.stdout.split("<title>", 1)[1].split("</title>", 1)[0] if "<title>" in dom.stdout else ""
     assert title.startswith("IMAGES "), (title, dom.stderr[-2000:])
     widths = dict(item.rsplit(":", 1) for item in title[len("IMAGES "):].split(","))
-    assert set(widths) == {"tts.png", "scaling.png", "history.png"} and all(int(w) > 300 for w in widths.values()), widths
+    assert {"tts.png", "scaling.png", "history.png"} <= set(widths) and all(int(w) > 300 for w in widths.values()), widths
     return shot
 
 
@@ -161,7 +161,8 @@ def test_report_of_published_set(tmp_path):
     (perf / "DeepCAMCheck.log").write_text(PERFLOG)
     (perf / "DeepCAMData.log").write_text(PERFLOG.splitlines(keepends=True)[0] + DATA_FIXTURE_LINE)
     out = tmp_path / "report"
-    proc = run_hpckit("report", SET, "--published", REAL, "--perflog", tmp_path / "perflogs", "--out", out)
+    proc = run_hpckit("report", SET, "--published", REAL, "--perflog", tmp_path / "perflogs", "--out", out,
+                      "--runs-of", "site:")   # the per-run view of the site's one set
     assert proc.returncode == 0, proc.stderr
     assert "cosmoflow | NVIDIA | 16xNVIDIA DGX A100 | 10 runs | score 25.78 min" in proc.stdout
     t = parse_report(out)
@@ -206,7 +207,7 @@ def test_report_of_published_set(tmp_path):
     # the calibrated variable: reference 40 samples/s, 25 % below allowed, judged and failed
     thr_row = next(r for r in perf_rows if r["cells"][2]["text"] == "calibrated_throughput")
     assert cell(thr_row, "allowed")["text"] == "[30, inf]" and cell(thr_row, "result")["text"] == "fail"
-    check_images(out, t)
+    check_images(out, t, runs_of=1)
     screenshot(out, tmp_path)
 
 
@@ -224,7 +225,7 @@ def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_pat
     # SET is reached twice (given, and under REAL/sets): one set. (REAL's top level also
     # holds a byte-identical copy of one of SET's logs: a set with it is invalid, test_score.)
     proc = run_hpckit("report", *runs, "--published", SET, REAL / "sets", REAL / "v2.0", "--perflog", perflogs,
-                      "--out", out)
+                      "--out", out, "--site", "local", "--runs-of", "site:")
     assert proc.returncode == 0, proc.stderr
     t = parse_report(out)
 
@@ -266,7 +267,10 @@ def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_pat
         assert row["cells"][1]["text"] == stack_digest(stack(recorded))
         assert row["cells"][5]["text"] == f"{recorded['packages']['count']}, sha256 {recorded['packages']['sha256'][:12]}"
         assert row["cells"][9]["text"] == recorded["cpu"]["model"]
-    check_images(out, t)
+    # the site's set carries the local profile's system name, not the config's "unknown"
+    site_set = next(r for r in t.tables["sets"] if "site" in r["class"].split())
+    assert cell(site_set, "system")["text"] == "local_cpu"
+    check_images(out, t, runs_of=1)
     shot = screenshot(out, tmp_path)
     shutil.copy(shot, tmp_path_factory.getbasetemp() / "report-screenshot.png")
 
@@ -324,3 +328,158 @@ def test_allowed_range_as_reframe_judges():
     assert allowed_range({"ref_value": 2.0, "lower": None, "upper": 0.5}) == (None, 3.0)
     assert allowed_range({"ref_value": 0.0, "lower": None, "upper": None}) is None
     assert allowed_range({"ref_value": 5.0, "lower": None, "upper": None}) is None
+
+
+# ---- a whole round: the page's length does not grow with the number of runs ----------------
+
+V20 = REAL / "v2.0"
+
+
+def chromium_base(tmp_path: Path) -> list[str]:
+    if not CHROMIUM.exists():
+        pytest.skip("chromium is not installed (/usr/bin/chromium; apt-get install chromium)")
+    return [str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--disable-quic",
+            "--no-first-run", "--disable-background-networking", "--disable-component-update",
+            "--disable-sync", "--hide-scrollbars", f"--user-data-dir={tmp_path / 'chrome-profile'}"]
+
+
+def page_height(out: Path, tmp_path: Path) -> tuple[int, dict]:
+    """The height in CSS pixels of index.html as Chromium lays it out 1200 pixels wide, with
+    every figure loaded, and each figure's rendered height (a probe page beside it, same-origin,
+    writes them into its title)."""
+    base = chromium_base(tmp_path)
+    probe = out / "probe.html"
+    probe.write_text(
+        "<html><head><title>pending</title></head><body>"
+        '<iframe id="f" src="index.html" width="1200" height="800"></iframe><script>'
+        "document.getElementById('f').onload = () => {"
+        " const d = document.getElementById('f').contentDocument;"
+        " document.title = 'HEIGHT ' + d.documentElement.scrollHeight + ' ' + [...d.images].map("
+        "  i => i.getAttribute('src') + ':' + (i.complete ? i.height : -1)).join(',');"
+        "};</script></body></html>")
+    try:
+        dom = subprocess.run([*base, "--allow-file-access-from-files", "--virtual-time-budget=5000",
+                              "--dump-dom", probe.as_uri()], capture_output=True, text=True, timeout=180,
+                             env={**os.environ, "HOME": str(tmp_path)})
+    finally:
+        probe.unlink()
+    title = dom.stdout.split("<title>", 1)[1].split("</title>", 1)[0] if "<title>" in dom.stdout else ""
+    assert title.startswith("HEIGHT "), (title, dom.stderr[-2000:])
+    _, height, imgs = title.split(" ", 2)
+    return int(height), {k: int(v) for k, v in (item.rsplit(":", 1) for item in imgs.split(","))}
+
+
+def part_of_round(src: Path, dst: Path, share: float) -> int:
+    """A copy of a published round in the submission layout with the first `share` of every
+    set's result logs (at least one) and the system descriptions; the number of logs copied."""
+    from hpckit.results.score import _natural
+    copied = 0
+    for systems in src.glob("*/systems"):
+        shutil.copytree(systems, dst / systems.relative_to(src))
+    for folder in sorted({p.parent for p in src.rglob("result_*.txt")}):
+        logs = sorted(folder.glob("result_*.txt"), key=_natural)
+        keep = logs[:max(1, round(len(logs) * share))]
+        (dst / folder.relative_to(src)).mkdir(parents=True)
+        for p in keep:
+            shutil.copy(p, dst / p.relative_to(src))
+        copied += len(keep)
+    return copied
+
+
+@needs_real
+def test_page_length_does_not_grow_with_the_number_of_runs(tmp_path):
+    """The v2.0 round (8 sets, 203 logs, a 128-instance weak set among them) beside the site's
+    runs, against the same sets with a third of their runs: the page Chromium lays out, and
+    every figure in it, are as tall with 3N logs as with N (a figure draws sets, not runs), and
+    the whole page stays one a person reads. The old report drew a bar and a table row per run."""
+    heights = {}
+    for share in (1 / 3, 1.0):
+        tree = tmp_path / f"round-{share:.2f}"
+        n = part_of_round(V20, tree, share)
+        out = tmp_path / f"report-{share:.2f}"
+        proc = run_hpckit("report", SET, "--published", tree, "--site", "local", "--out", out)
+        assert proc.returncode == 0, proc.stderr
+        t = parse_report(out)
+        # one row per set in the sets table (the weak set too), no per-run table unless asked
+        assert len(t.tables["sets"]) == 9 and "runs" not in t.tables
+        heights[n] = page_height(out, tmp_path)
+    (n_small, (small, small_imgs)), (n_big, (big, big_imgs)) = sorted(heights.items())
+    assert n_big >= 2.5 * n_small, (n_small, n_big)
+    # (tts.png is cut to its labels: a pixel or two with other numbers in them)
+    assert big_imgs.keys() == small_imgs.keys() and all(
+        big_imgs[k] <= small_imgs[k] * 1.02 + 2 for k in big_imgs), (small_imgs, big_imgs)
+    # (the smaller copy's invalid sets say why in longer cells: it may be the taller one)
+    assert big <= 1.02 * small, (n_small, small, n_big, big)
+    assert big < 8000, big
+
+
+def test_site_sets_carry_the_profiles_system_and_runs_of_names_one_set(tmp_path):
+    """Runs that logged the configs' platform `unknown`: with --site the site's set is labelled
+    with the profile's system name and node description (site_profiles/v100/system.yaml), in
+    the sets table and the figure's labels; --runs-of adds that set's runs, and only those."""
+    from test_score import write_log
+    runs = tmp_path / "runs"
+    runs.mkdir()
+    for i in range(3):
+        write_log(runs / f"run{i}.log", minutes=2.0 + i, start=10_000_000 * (i + 1), nodes=2, acc=8,
+                  platform="unknown")
+    out = tmp_path / "report"
+    proc = run_hpckit("report", runs, "--published", SET, "--site", "v100", "--runs-of", "site:", "--out", out)
+    assert proc.returncode == 0, proc.stderr
+    t = parse_report(out)
+    site = [r for r in t.tables["sets"] if "site" in r["class"].split()]
+    assert len(site) == 1
+    assert cell(site[0], "system")["text"] == "corigpu_hpckit"
+    assert cell(site[0], "node")["text"] == "2x Intel Xeon Gold 6148, 8x NVIDIA V100-SXM2-16GB"
+    assert cell(site[0], "scale")["text"] == "2 nodes x 8 acc" and cell(site[0], "scaling")["text"] == "strong"
+    # strong: the median run and the spread of the three
+    assert [cell(site[0], k)["text"] for k in ("ttt", "ttt-min", "ttt-max")] == ["3.00", "2.00", "4.00"]
+    sid = cell(site[0], "sid")["text"]
+    assert sid == "site:Test/corigpu_hpckit/strong/cosmoflow"
+    # the scores table and the printed lines name it too
+    score = next(r for r in t.tables["scores"] if "site" in r["class"].split())
+    assert score["cells"][3]["text"] == "corigpu_hpckit" and "| corigpu_hpckit | 3 runs |" in proc.stdout
+    # the per-run view: the three site runs, not the published ten
+    assert len(t.tables["runs"]) == 3 and all("site" in r["class"].split() for r in t.tables["runs"])
+    pub = next(r for r in t.tables["sets"] if "published" in r["class"].split())
+    assert cell(pub, "scale")["text"] == "16 nodes x 8 acc" and cell(pub, "runs")["text"] == "10"
+    check_images(out, t, runs_of=1)
+
+    for args, needle in ((("--runs-of", "nothing-like-this"), "--runs-of nothing-like-this"),
+                         (("--runs-of", "cosmoflow"), "2 sets match"),
+                         (("--site", "no-such-site"), "no-such-site")):
+        proc = run_hpckit("report", runs, "--published", SET, *args, "--out", tmp_path / "o")
+        lines = proc.stderr.strip().splitlines()
+        assert proc.returncode == 2 and len(lines) == 1 and needle in lines[0], proc.stderr
+        assert not (tmp_path / "o" / "index.html").exists()
+
+
+@needs_real
+def test_more_sets_than_a_figure_draws(tmp_path, monkeypatch):
+    """Past the bound on published sets per benchmark the figure draws the fastest ones and
+    says how many more there are; its height is that of a figure of as many sets as the bound
+    (here lowered to 2, in process: the v2.0 round has 5 CosmoFlow and 5 DeepCAM sets)."""
+    import argparse
+    import matplotlib.image as mpimg
+    from hpckit.results import report
+    monkeypatch.setattr(report, "MAX_PUBLISHED_BARS", 2)
+
+    def make(published, out):
+        p = argparse.ArgumentParser()
+        report.add_arguments(p)
+        assert report.main(p.parse_args([str(SET), "--published", str(published), "--out", str(out)])) == 0
+        return mpimg.imread(out / "tts.png").shape[0], (out / "index.html").read_text()
+
+    two = tmp_path / "two"   # two sets of each benchmark, in the submission layout
+    for rel in ("NVIDIA/results/dgxa100_n64_pytorch/strong/cosmoflow", "tacc/results/longhorn-tf/strong/cosmoflow",
+                "NVIDIA/results/dgxa100_n256_pytorch/strong/deepcam",
+                "HelmholtzAI/results/horeka_gpu_n512_pytorch1.13/strong/deepcam"):
+        shutil.copytree(V20 / rel, two / rel)
+    small, _ = make(two, tmp_path / "report-two")
+    big, page = make(V20, tmp_path / "report-all")
+    assert abs(big - small) <= 3, (small, big)
+    # 4 published sets of each benchmark, 2 of each drawn: the page says so, and the sets
+    # table has all of them
+    assert "(4 more in the table below)" in page
+    sets = parse_report(tmp_path / "report-all").tables["sets"]
+    assert sum("published" in r["class"].split() for r in sets) == 8

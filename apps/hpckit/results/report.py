@@ -1,22 +1,31 @@
 """`hpckit report`: the time-to-solution report of a site's runs, beside published ones.
 
     hpckit report RUNS... --out DIR [--published PATH ...] [--perflog FILE_OR_DIR ...]
+                  [--site PROFILE] [--runs-of SET ...]
 
-Writes DIR/index.html (self-contained: tables and relative links to PNGs in DIR):
+Writes DIR/index.html (self-contained: tables and relative links to PNGs in DIR). Every
+figure and table is per set (system x benchmark x scaling), never per run, so that a whole
+published round (1,000+ logs) gives a page of bounded length:
 
+* time to solution per set, `tts.png` and `table#sets`: per benchmark, the site's sets
+  first, then the published ones (at most MAX_PUBLISHED_BARS drawn, the fastest); a strong
+  set's median run (whisker: fastest to slowest run that counts), a weak set's
+  time_to_train_all (one row, its instances' spread drawn), and the median run split into
+  staging, training and evaluation (from the MLPerf log events staging_start/stop,
+  eval_start/stop, inside run_start..run_stop); labels name submitter, system, scaling and
+  nodes x accelerators; with --site the site's sets carry the profile's system name and node
+  description (site_profiles/<site>/system.yaml);
+* every run of one set only when asked (`--runs-of SET`): `runs-N.png` (a time line of fixed
+  size) and `table#runs`;
 * scores per set (`hpckit.results.score`: olympic mean / time_to_train_all), `table#scores`;
-* per run: time to train split into staging, training and evaluation (from the MLPerf
-  log events staging_start/stop, eval_start/stop, inside run_start..run_stop), epochs,
-  global batch size, compute units, epoch time and throughput, the staging-to-epoch
-  ratio and the unit-hours spent, `table#runs`, plotted in `tts.png`;
-* epoch throughput and epochs to converge against global batch size and compute units,
-  the site's runs beside the published ones, `scaling.png`;
+* epoch throughput and epochs to converge against global batch size and compute units, one
+  point per set (median, whiskers min-max), `scaling.png`;
 * the compute budget per set (unit-hours = time to train x compute units), `table#budget`;
 * ReFrame's performance logs (the `filelog` perflog handler of a site profile, fields
   separated by '|', a header line first): each performance variable over time with the
   reference and allowed range it was judged against drawn in (failed figures circled in
-  red), `history.png`, and the latest figure per variable with its allowed range,
-  `table#perflog`.
+  red), `history.png` (at most MAX_HISTORY_PANELS variables), and the latest figure per
+  variable with its allowed range, `table#perflog`.
 
 Compute units: nodes x accelerators per node; on CPU-only runs (0 accelerators) the
 ranks of the kit's logged config, else the nodes. Numbers in the tables carry their
@@ -46,6 +55,12 @@ def add_arguments(p) -> None:
                    help="published result logs or directories of them (e.g. a results repository's sets)")
     p.add_argument("--perflog", nargs="+", action="extend", default=[], metavar="FILE_OR_DIR",
                    help="ReFrame performance logs (files, or a perflogs/ directory searched for *.log)")
+    p.add_argument("--site", metavar="PROFILE",
+                   help="the site profile the runs were made on (a name under site_profiles/ or a directory with "
+                        "system.yaml): the site's sets carry its system name and node description")
+    p.add_argument("--runs-of", action="append", default=[], metavar="SET",
+                   help="also show every run of this set (its id in table#sets, or a part of it naming one set): "
+                        "a per-run table and figure; repeatable")
     p.add_argument("--title", default="MLPerf HPC time-to-solution report")
 
 
@@ -174,6 +189,7 @@ def gather(args_paths: list[str], origin: str, seen: set) -> tuple[list[dict], d
     facts = {}
     for s in sets:
         kept = []
+        s["counted_paths"] = {r.path for (_, r), ok in zip(s["runs"], s["counts"]) if ok}
         for name, r in s["runs"]:
             digest = hashlib.sha256(Path(r.path).read_bytes()).hexdigest()
             if digest in seen or r.problem:
@@ -192,36 +208,272 @@ def _set_label(s: dict, origin: str) -> str:
     return f"{origin}: {s['org']} {s['platform']} {s['benchmark']} (nodes {nodes})"
 
 
+# ---- sets: what the figures draw (one entry per system x benchmark x scaling) --------------
+
+# Bounds that keep every figure readable whatever the input: a figure draws sets, never
+# one mark per run, and at most this many published sets per benchmark (the fastest; all
+# of them are in table#sets), the site's sets always.
+MAX_PUBLISHED_BARS = 16
+MAX_SITE_BARS = 8
+MAX_HISTORY_PANELS = 12
+COLORS = {"staging": "#d95f02", "training": "#1b9e77", "evaluation": "#7570b3", "waiting": "#cccccc"}
+ORIGIN_COLORS = {"site": "#e7298a", "published": "#386cb0"}
+
+
+@dataclass
+class SetView:
+    origin: str
+    sid: str                      # origin:org/system/scaling/benchmark, what --runs-of names
+    org: str
+    system: str
+    benchmark: str
+    scaling: str
+    node: str                     # node description (site profile / published system JSON)
+    scale: str                    # nodes x accelerators (weak: models x instance)
+    score: dict
+    facts: list                   # RunFacts of every run shown
+    counted: list                 # those that count for the score
+    median: RunFacts | None = None
+    total_s: float | None = None  # median run (strong) or time_to_train_all (weak)
+    lo_s: float | None = None     # spread of the runs' times to train (weak: instances')
+    hi_s: float | None = None
+    division: str = ""
+
+    @property
+    def label(self) -> str:
+        text = f"{_middle(self.org, 16)} {_middle(self.system, 30)} | {self.scaling}" \
+            + (f" {self.division}" if self.division not in ("closed", "") else "") + f" | {self.scale}"
+        return ("[site] " if self.origin == "site" else "") + text
+
+
+def _middle(text: str, width: int) -> str:
+    """text cut in the middle to width characters: both ends of a system name tell systems apart."""
+    if len(text) <= width:
+        return text
+    keep = width - 3
+    return text[:keep - keep // 2] + "..." + text[len(text) - keep // 2:]
+
+
+def _median_of(fs: list, key):
+    """The median run: a run that was made, so of an even number the faster middle one."""
+    if not fs:
+        return None
+    ordered = sorted(fs, key=key)
+    return ordered[(len(ordered) - 1) // 2]
+
+
+def _median_value(values: list):
+    vals = sorted(v for v in values if v is not None)
+    if not vals:
+        return None
+    n = len(vals)
+    return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
+
+
+def _node_description(desc: dict) -> str:
+    """'2x AMD EPYC 7742, 8x NVIDIA A100-SXM4-80GB' from a system description."""
+    if not desc:
+        return ""
+    host = str(desc.get("host_processor_model_name") or "").strip()
+    per = str(desc.get("host_processors_per_node") or "").strip()
+    acc = str(desc.get("accelerators_per_node") or "").strip()
+    acc_model = str(desc.get("accelerator_model_name") or "").strip()
+    parts = []
+    if host:
+        parts.append(f"{per}x {host}" if per and per != "1" else host)
+    if acc and acc not in ("0", "") and acc_model:
+        parts.append(f"{acc}x {acc_model}")
+    return ", ".join(parts)
+
+
+def _scale_text(nodes, acc, models=None) -> str:
+    n = nodes if nodes is not None and not isinstance(nodes, list) else \
+        ("/".join(map(str, nodes)) if isinstance(nodes, list) else "?")
+    nodes_text = f"{n} node" if n == 1 else f"{n} nodes"
+    if acc:
+        unit = f"{nodes_text} x {acc} acc"
+    elif acc == 0:
+        unit = f"{nodes_text}, CPU"
+    else:
+        unit = nodes_text
+    return f"{models} x ({unit})" if models is not None else unit
+
+
+def set_views(sets: list[dict], facts: dict, origin: str, site_desc: dict | None = None) -> list[SetView]:
+    from hpckit.results.score import _system_desc
+    views = []
+    for s in sets:
+        fs = [facts[r.path] for _, r in s["runs"] if r.path in facts]
+        if not fs:
+            continue
+        counted = [f for f in fs if f.log.path in s.get("counted_paths", set())]
+        sc = s["score"]
+        if origin == "site" and site_desc:
+            system, node = str(s["platform"]), _node_description(site_desc)
+        else:
+            system, node = str(s["platform"]), _node_description(_system_desc(s.get("org_dir"), s.get("system")))
+        accs = sorted({f.log.accelerators_per_node for f in fs if f.log.accelerators_per_node is not None})
+        acc = accs[0] if len(accs) == 1 else None
+        if acc is None and origin == "site" and site_desc:
+            try:
+                acc = int(str(site_desc.get("accelerators_per_node")))
+            except ValueError:
+                acc = None
+        weak = sc["kind"] == "weak"
+        models = sc.get("number_of_models") if weak else None
+        v = SetView(origin=origin, sid=f"{origin}:{s['org']}/{system}/{s['scaling']}/{s['benchmark']}",
+                    org=str(s["org"]), system=system, benchmark=str(s["benchmark"]), scaling=sc["kind"],
+                    node=node, scale=_scale_text(s["nodes"], acc, models), score=sc, facts=fs, counted=counted,
+                    division=str(next((f.log.division for f in fs if f.log.division), "")).lower())
+        basis = counted or fs
+        v.median = _median_of(basis, key=lambda f: f.total_s)
+        v.lo_s = min(f.total_s for f in basis)
+        v.hi_s = max(f.total_s for f in basis)
+        if weak:
+            if sc.get("time_to_train_all_min") is not None:
+                v.total_s = sc["time_to_train_all_min"] * 60.0
+            else:
+                v.total_s = (max(f.log.run_stop_ms for f in basis) - min(f.log.run_start_ms for f in basis)) / 1000.0
+        else:
+            v.total_s = v.median.total_s
+        views.append(v)
+    # a set id appears once (two folders of one system and benchmark: numbered)
+    seen: dict[str, int] = {}
+    for v in views:
+        seen[v.sid] = seen.get(v.sid, 0) + 1
+        if seen[v.sid] > 1:
+            v.sid += f"#{seen[v.sid]}"
+    return views
+
+
+def _bench_order(views: list[SetView]) -> list[str]:
+    """The site's benchmarks first, then the others, each group by name."""
+    site = sorted({v.benchmark for v in views if v.origin == "site"})
+    return site + sorted({v.benchmark for v in views} - set(site))
+
+
+def shown_sets(views: list[SetView], benchmark: str) -> tuple[list[SetView], int]:
+    """The sets a figure draws for one benchmark (site first, then the fastest published
+    ones) and how many published sets were left out."""
+    site = [v for v in views if v.benchmark == benchmark and v.origin == "site"][:MAX_SITE_BARS]
+    pub = sorted((v for v in views if v.benchmark == benchmark and v.origin == "published"),
+                 key=lambda v: v.total_s if v.total_s is not None else math.inf)
+    return site + pub[:MAX_PUBLISHED_BARS], max(0, len(pub) - MAX_PUBLISHED_BARS)
+
+
 # ---- plots -----------------------------------------------------------------------------
 
-def _save(fig, path: Path) -> None:
+def _save(fig, path: Path, tight: bool = False) -> None:
+    """tight: the PNG grows to hold labels longer than the layout left room for (labels are
+    cut to a bounded length, so the figure stays bounded)."""
     from hpckit.common.fileio import atomic_path
     with atomic_path(path) as tmp:
-        fig.savefig(tmp, format="png", dpi=90)
+        fig.savefig(tmp, format="png", dpi=90, **({"bbox_inches": "tight", "pad_inches": 0.1} if tight else {}))
 
-def _plot_tts(plt, facts: list[RunFacts], out: Path) -> None:
-    groups = [("site", [f for f in facts if f.origin == "site"]),
-              ("published", [f for f in facts if f.origin == "published"])]
-    groups = [(g, fs) for g, fs in groups if fs]
-    heights = [max(1.5, 0.32 * len(fs) + 1.0) for _, fs in groups]
-    fig, axes = plt.subplots(len(groups), 1, figsize=(10, sum(heights) + 0.6),
-                             gridspec_kw={"height_ratios": heights}, squeeze=False)
-    colors = {"staging": "#d95f02", "training": "#1b9e77", "evaluation": "#7570b3"}
-    for ax, (origin, fs) in zip(axes[:, 0], groups):
-        labels = [_short(f) for f in fs]
-        y = range(len(fs))
-        left = [0.0] * len(fs)
-        for part, attr in (("staging", "staging_s"), ("training", "train_s"), ("evaluation", "eval_s")):
-            vals = [(getattr(f, attr) or 0.0) / 60.0 for f in fs]
-            ax.barh(list(y), vals, left=left, color=colors[part], label=part)
-            left = [a + b for a, b in zip(left, vals)]
-        ax.set_yticks(list(y), labels, fontsize=7)
-        ax.invert_yaxis()
-        ax.set_xlabel("time to train (min): staging + training + evaluation")
-        ax.set_title(f"{origin} runs", fontsize=10)
-        ax.legend(loc="lower right", fontsize=7)
+
+def _plot_tts(plt, views: list[SetView], out: Path) -> None:
+    """Per benchmark, one row per set: left, the set's time to train on a log scale (strong:
+    the median run, the whisker from its fastest to its slowest run; weak: time_to_train_all,
+    the whisker over its instances' own times to train); right, the median run's time split
+    into staging, training and evaluation (weak: the median instance, and the wait until the
+    last instance finished)."""
+    benches = _bench_order(views)
+    rows = [shown_sets(views, b) for b in benches]
+    heights = [0.27 * len(vs) + 1.2 for vs, _ in rows]
+    fig, axes = plt.subplots(len(benches), 2, figsize=(14, sum(heights) + 0.4), squeeze=False,
+                             gridspec_kw={"height_ratios": heights, "width_ratios": [5, 3]})
+    for (left, right), bench, (vs, hidden) in zip(axes, benches, rows):
+        y = list(range(len(vs)))
+        totals = [v.total_s / 60.0 for v in vs]
+        lows = [max(0.0, t - v.lo_s / 60.0) if v.scaling == "strong" else 0.0 for t, v in zip(totals, vs)]
+        highs = [max(0.0, v.hi_s / 60.0 - t) if v.scaling == "strong" else 0.0 for t, v in zip(totals, vs)]
+        floor = min(totals + [v.lo_s / 60.0 for v in vs]) / 3.0
+        left.barh(y, [t - floor for t in totals], left=floor, color=[ORIGIN_COLORS[v.origin] for v in vs],
+                  alpha=0.85, height=0.7)
+        for i, v in enumerate(vs):
+            if v.scaling == "weak":   # instances' own times to train, inside the set's time
+                left.plot([v.lo_s / 60.0, v.hi_s / 60.0], [i, i], color="black", linewidth=1.2)
+                left.plot([v.lo_s / 60.0, v.hi_s / 60.0], [i, i], "|", color="black", markersize=7)
+                left.barh([i], [totals[i] - floor], left=floor, color="none", edgecolor="white", hatch="//",
+                          height=0.7, linewidth=0)
+        left.errorbar(totals, y, xerr=[lows, highs], fmt="none", ecolor="black", capsize=3, linewidth=1)
+        for i, (t, v) in enumerate(zip(totals, vs)):
+            left.text(max(t, v.hi_s / 60.0) * 1.12, i, f"{t:.3g}", va="center", fontsize=7)
+        left.set_xscale("log")
+        left.set_xlim(floor, max(totals + [v.hi_s / 60.0 for v in vs]) * 3.0)
+        left.set_yticks(y, [v.label for v in vs], fontsize=7)
+        for tick, v in zip(left.get_yticklabels(), vs):
+            if v.origin == "site":
+                tick.set_color(ORIGIN_COLORS["site"])
+                tick.set_fontweight("bold")
+        left.invert_yaxis()
+        left.set_xlabel("time to train (min, log): strong = median run, weak (hatched) = time_to_train_all; "
+                        "whisker = runs' min-max", fontsize=7)
+        more = f"; {hidden} slower published sets in the sets table" if hidden else ""
+        left.set_title(f"{bench}: {len(vs)} sets{more}", fontsize=9, loc="left")
+        left.grid(axis="x", alpha=0.3)
+
+        lefts = [0.0] * len(vs)
+        for part in ("staging", "training", "evaluation", "waiting"):
+            vals = []
+            for v in vs:
+                m = v.median
+                parts = {"staging": m.staging_s or 0.0, "training": m.train_s, "evaluation": m.eval_s,
+                         "waiting": max(0.0, v.total_s - m.total_s) if v.scaling == "weak" else 0.0}
+                whole = sum(parts.values()) or 1.0
+                vals.append(100.0 * parts[part] / whole)
+            if part == "waiting" and not any(vals):
+                continue
+            label = "weak: waiting for the last instance" if part == "waiting" else part
+            right.barh(y, vals, left=lefts, color=COLORS[part], label=label, height=0.7)
+            lefts = [a + b for a, b in zip(lefts, vals)]
+        right.set_yticks(y, [""] * len(vs))
+        right.set_xlim(0, 100)
+        right.invert_yaxis()
+        right.set_xlabel("median run's time to train (%)", fontsize=7)
+        right.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=6, frameon=False)
     fig.tight_layout()
-    _save(fig, out / "tts.png")
+    _save(fig, out / "tts.png", tight=True)
+    plt.close(fig)
+
+
+def _plot_runs(plt, v: SetView, out: Path, name: str) -> None:
+    """Every run of one set in a figure of fixed size, whatever the number of runs. Strong
+    scaling: a row per run from its own run_start, staging, training and evaluation stacked,
+    slowest last (the runs were made one after another, possibly days apart). Weak scaling:
+    the instances on one time line (minutes since the set's first run_start), staging first,
+    so their overlap and the last one to finish show."""
+    weak = v.scaling == "weak"
+    fs = sorted(v.facts, key=(lambda f: f.log.run_start_ms) if weak else (lambda f: f.total_s))
+    t0 = min(f.log.run_start_ms for f in fs)
+    fig, ax = plt.subplots(figsize=(12, 5))
+    y = list(range(len(fs)))
+    starts = [(f.log.run_start_ms - t0) / 60000.0 if weak else 0.0 for f in fs]
+    parts = [("staging", [(f.staging_s or 0.0) / 60.0 for f in fs])]
+    if weak:
+        parts.append(("training and evaluation", [f.total_s / 60.0 - (f.staging_s or 0.0) / 60.0 for f in fs]))
+    else:
+        parts += [("training", [f.train_s / 60.0 for f in fs]), ("evaluation", [f.eval_s / 60.0 for f in fs])]
+    lefts = starts
+    for label, vals in parts:
+        color = COLORS.get(label, COLORS["training"])
+        if label != "staging":   # a run that does not count for the score: grey
+            color = [color if f in v.counted else "#999999" for f in fs]
+        ax.barh(y, vals, left=lefts, color=color, label=label, height=0.8, linewidth=0)
+        lefts = [a + b for a, b in zip(lefts, vals)]
+    if len(fs) <= 40:
+        ax.set_yticks(y, [_short(f) for f in fs], fontsize=7)
+    else:
+        ax.set_ylabel(f"{len(fs)} runs, by start time")
+    ax.invert_yaxis()
+    ax.set_xlabel(("minutes since the set's first run_start" if weak else "minutes since each run's run_start")
+                  + " (grey: a run that does not count)")
+    ax.set_title(f"{v.sid}: {len(fs)} runs", fontsize=9, loc="left")
+    ax.set_xlim(left=0)
+    ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, frameon=False)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    _save(fig, out / name)
     plt.close(fig)
 
 
@@ -233,30 +485,45 @@ def _short(f: RunFacts) -> str:
     return label if len(label) <= 40 else label[:37] + "..."
 
 
-def _plot_scaling(plt, facts: list[RunFacts], out: Path) -> None:
+def _plot_scaling(plt, views: list[SetView], out: Path) -> None:
+    """One point per set (the median of its runs, the whisker their min-max): epoch
+    throughput and epochs to converge against compute units (per model instance for a weak
+    set) and global batch size; a fixed size whatever the number of runs or sets."""
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
-    panels = [(axes[0][0], "compute_units", "epoch_throughput", "compute units", "epoch throughput (samples/s)"),
+    panels = [(axes[0][0], "compute_units", "epoch_throughput", "compute units (per instance)", "epoch throughput (samples/s)"),
               (axes[0][1], "global_batch_size", "epoch_throughput", "global batch size", "epoch throughput (samples/s)"),
-              (axes[1][0], "compute_units", "epochs", "compute units", "epochs to converge"),
+              (axes[1][0], "compute_units", "epochs", "compute units (per instance)", "epochs to converge"),
               (axes[1][1], "global_batch_size", "epochs", "global batch size", "epochs to converge")]
-    markers = {"cosmoflow": "o", "deepcam": "s"}
+    markers = {"cosmoflow": "o", "deepcam": "s", "oc20": "D", "openfold": "^"}
+
+    def value(f, attr):
+        return f.log.epochs if attr == "epochs" else getattr(f, attr)
+
     for ax, xa, ya, xl, yl in panels:
-        for origin, color in (("site", "#e7298a"), ("published", "#386cb0")):
-            for bench in sorted({(f.log.benchmark or "?") for f in facts}):
-                pts = [(getattr(f, xa), f.log.epochs if ya == "epochs" else getattr(f, ya))
-                       for f in facts if f.origin == origin and (f.log.benchmark or "?") == bench]
-                pts = [(x, y) for x, y in pts if x and y]
+        for origin in ("published", "site"):
+            for bench in _bench_order(views):
+                pts = []
+                for v in views:
+                    if v.origin != origin or v.benchmark != bench:
+                        continue
+                    basis = v.counted or v.facts
+                    xs = _median_value([value(f, xa) for f in basis])
+                    ys = [value(f, ya) for f in basis if value(f, ya)]
+                    if xs and ys:
+                        mid = _median_value(ys)
+                        pts.append((xs, mid, mid - min(ys), max(ys) - mid))
                 if pts:
-                    ax.scatter([p[0] for p in pts], [p[1] for p in pts], c=color, alpha=0.75,
-                               marker=markers.get(bench, "^"), label=f"{origin} {bench}")
+                    ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[[p[2] for p in pts], [p[3] for p in pts]],
+                                fmt=markers.get(bench, "v"), color=ORIGIN_COLORS[origin], alpha=0.8, capsize=2,
+                                markersize=7 if origin == "site" else 5, label=f"{origin} {bench}")
         ax.set_xscale("log")
-        if ya == "epoch_throughput":
-            ax.set_yscale("log")
+        ax.set_yscale("log")   # benchmarks differ by orders of magnitude (OpenFold counts steps)
         ax.set_xlabel(xl)
         ax.set_ylabel(yl)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
+    fig.suptitle("one point per set: median of its runs, whisker min-max", fontsize=9)
     fig.tight_layout()
     _save(fig, out / "scaling.png")
     plt.close(fig)
@@ -265,6 +532,8 @@ def _plot_scaling(plt, facts: list[RunFacts], out: Path) -> None:
 def _plot_history(plt, rows: list[dict], out: Path) -> None:
     import matplotlib.dates as mdates
     variables = sorted({(r["var"], r["unit"]) for r in rows})
+    hidden = max(0, len(variables) - MAX_HISTORY_PANELS)
+    variables = variables[:MAX_HISTORY_PANELS]   # the rest: table#perflog
     if not variables:
         fig, ax = plt.subplots(figsize=(8, 2))
         ax.text(0.5, 0.5, "no ReFrame performance logs given (--perflog)", ha="center", va="center")
@@ -286,10 +555,17 @@ def _plot_history(plt, rows: list[dict], out: Path) -> None:
             ax.xaxis.set_major_formatter(mdates.ConciseDateFormatter(ax.xaxis.get_major_locator()))
             ax.set_title(f"{var} ({unit})", fontsize=9)
             ax.tick_params(axis="x", labelsize=7, rotation=20)
-            ax.legend(fontsize=6)
+            handles, labels = ax.get_legend_handles_labels()
+            if len(handles) > 6:   # a legend of bounded size: the first six series named
+                more = len(handles) - 6
+                handles, labels = handles[:6], labels[:6]
+                labels[-1] += f" (+{more} more)"
+            ax.legend(handles, labels, fontsize=6)
             ax.grid(alpha=0.3)
         for ax in list(axes.flat)[len(variables):]:
             ax.axis("off")
+        if hidden:
+            fig.suptitle(f"{hidden} more variables in the perflog table", fontsize=8)
     fig.tight_layout()
     _save(fig, out / "history.png")
     plt.close(fig)
@@ -332,9 +608,11 @@ def _cell(value, fmt: str = "{:.2f}", cls: str = "") -> str:
 
 
 def _table(tid: str, headers: list[str], rows: list[str]) -> str:
+    """A table one line per row (cells never wrap: a row's height does not depend on its text),
+    scrolled sideways inside the page's width when it is wider."""
     head = "".join(f"<th>{html.escape(h)}</th>" for h in headers)
-    return (f'<table id="{tid}"><thead><tr>{head}</tr></thead><tbody>\n'
-            + "\n".join(rows) + "\n</tbody></table>")
+    return (f'<div class="wide"><table id="{tid}"><thead><tr>{head}</tr></thead><tbody>\n'
+            + "\n".join(rows) + "\n</tbody></table></div>")
 
 
 def _score_rows(sets: list[dict], origin: str) -> list[str]:
@@ -368,6 +646,29 @@ def _run_rows(facts: list[RunFacts]) -> list[str]:
             + _cell(f.epoch_throughput, "{:.1f}", "throughput")
             + _cell(f.staging_epoch_ratio, "{:.3f}", "ratio") + _cell(f.unit_hours, "{:.3f}", "unit-hours")
             + _cell("yes" if r.converged else "no", cls="converged") + "</tr>")
+    return rows
+
+
+def _set_rows(views: list[SetView]) -> list[str]:
+    rows = []
+    for v in views:
+        m, basis = v.median, (v.counted or v.facts)
+        spent = sum(f.unit_hours for f in v.facts if f.unit_hours is not None)
+        rows.append(
+            f'<tr class="set {v.origin}" data-benchmark="{html.escape(v.benchmark)}">' + _cell(v.origin)
+            + f'<td class="sid">{html.escape(v.sid)}</td>' + _cell(v.org, cls="org") + _cell(v.system, cls="system")
+            + _cell(v.node or None, cls="node") + _cell(v.benchmark) + _cell(v.scaling, cls="scaling")
+            + _cell(v.scale, cls="scale") + _cell(len(v.facts), "{:d}", "runs") + _cell(len(v.counted), "{:d}", "counted")
+            + _cell(v.total_s / 60.0, "{:.2f}", "ttt") + _cell(v.lo_s / 60.0, "{:.2f}", "ttt-min")
+            + _cell(v.hi_s / 60.0, "{:.2f}", "ttt-max") + _cell(m.staging_s, "{:.1f}", "staging")
+            + _cell(m.train_s, "{:.1f}", "training") + _cell(m.eval_s, "{:.1f}", "evaluation")
+            + _cell(_median_value([f.log.epochs for f in basis]), "{:g}", "epochs")
+            + _cell(_median_value([f.global_batch_size for f in basis]), "{:g}", "batch")
+            + _cell(_median_value([f.compute_units for f in basis]), "{:g}", "units")
+            + _cell(_median_value([f.epoch_throughput for f in basis]), "{:.1f}", "throughput")
+            + _cell(_median_value([f.staging_epoch_ratio for f in basis]), "{:.3f}", "ratio")
+            + _cell(spent if any(f.unit_hours is not None for f in v.facts) else None, "{:.3f}", "unit-hours")
+            + "</tr>")
     return rows
 
 
@@ -414,7 +715,8 @@ def _allowed_text(row: dict) -> str:
 
 CSS = """body{font-family:sans-serif;margin:1.5em;max-width:1200px;color:#222}
 table{border-collapse:collapse;margin:0.5em 0 1.5em;font-size:12px}
-th,td{border:1px solid #bbb;padding:2px 4px;text-align:right}
+div.wide{overflow-x:auto;max-width:100%}
+th,td{border:1px solid #bbb;padding:2px 4px;text-align:right;white-space:nowrap}
 th{background:#eee}td.name,td.label,td:first-child{text-align:left}
 img{max-width:100%;border:1px solid #ddd;margin:0.5em 0}
 p.note{font-size:13px;color:#555}"""
@@ -425,37 +727,54 @@ def _targets_text() -> str:
     return ", ".join(f"{b} {m} {op} {t}" for b, (m, op, t) in TARGETS.items())
 
 
-def render_html(title, site_sets, pub_sets, facts, perf_rows, inputs) -> str:
+def render_html(title, site_sets, pub_sets, views, facts, perf_rows, inputs, runs_of=()) -> str:
     facts_list = list(facts.values())
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
+    hidden = sum(shown_sets(views, b)[1] for b in _bench_order(views))
+    per_run = []
+    for i, v in enumerate(runs_of):
+        per_run += [f'<h3 class="runs-of">Runs of {html.escape(v.sid)}</h3>',
+                    f'<img id="plot-runs-{i}" src="runs-{i}.png" alt="the runs of {html.escape(v.sid)} on one time line">',
+                    _table("runs" if i == 0 else f"runs-{i}",
+                           ["origin", "run", "benchmark", "nodes", "compute units", "global batch",
+                            "epochs", "time to train (min)", "staging (s)", "training (s)",
+                            "evaluation (s)", "epoch (s)", "epoch throughput (samples/s)",
+                            "staging / epoch", "unit-hours", "converged"], _run_rows(v.facts))]
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
         f"<h1>{html.escape(title)}</h1>",
         f'<p class="note">Generated {now} by hpckit report from {len(facts_list)} result logs '
         f"({sum(f.origin == 'site' for f in facts_list)} site, "
-        f"{sum(f.origin == 'published' for f in facts_list)} published) and "
+        f"{sum(f.origin == 'published' for f in facts_list)} published) in {len(views)} sets and "
         f"{len(perf_rows)} ReFrame performance records. Scores as <code>hpckit score</code>: "
         "strong scaling drops the fastest and the slowest run and averages the rest; a run "
         "converged when run_stop says success and the quality target was reached before it: "
         f"the official one for published logs ({html.escape(_targets_text())}), the target of "
         "the config a kit run logged (hpckit_config) for the kit's own runs.</p>",
+        "<h2>Time to solution</h2>",
+        '<p class="note">One row per set (system x benchmark x scaling), the site\'s sets first. Strong scaling: '
+        "the median run's time to train (run_start to run_stop), the whisker from the fastest to the slowest run "
+        "that counts. Weak scaling (hatched): time_to_train_all, the black line the instances' own times to train. "
+        "Right: the median run split into staging (staging_start..staging_stop inside the clock), evaluation "
+        "(eval_start..eval_stop) and the rest, training; for a weak set also the wait until the last instance "
+        f"finished. At most {MAX_PUBLISHED_BARS} published sets per benchmark are drawn, the fastest"
+        + (f" ({hidden} more in the table below)" if hidden else "")
+        + "; every run of one set: <code>--runs-of SET</code>.</p>",
+        '<img id="plot-tts" src="tts.png" alt="time to train per set, split into staging, training and evaluation">',
+        _table("sets", ["origin", "set", "submitter", "system", "node", "benchmark", "scaling",
+                        "nodes x accelerators", "runs", "counted", "time to train (min)", "min", "max",
+                        "staging (s)", "training (s)", "evaluation (s)", "epochs", "global batch",
+                        "compute units", "epoch throughput (samples/s)", "staging / epoch",
+                        "unit-hours, all runs"], _set_rows(views)),
+        *per_run,
         "<h2>Scores</h2>",
         _table("scores", ["origin", "benchmark", "org", "platform", "nodes", "runs", "scaling",
                           "models", "instance scale", "score (min)", "valid", "set"],
                _score_rows(site_sets, "site") + _score_rows(pub_sets, "published")),
-        "<h2>Time to solution</h2>",
-        '<p class="note">Each run\'s time to train (run_start to run_stop) split into staging '
-        "(staging_start..staging_stop inside the clock), evaluation (eval_start..eval_stop) and "
-        "the rest, training.</p>",
-        '<img id="plot-tts" src="tts.png" alt="time to train per run, split into staging, training and evaluation">',
-        _table("runs", ["origin", "run", "benchmark", "nodes", "compute units", "global batch",
-                        "epochs", "time to train (min)", "staging (s)", "training (s)",
-                        "evaluation (s)", "epoch (s)", "epoch throughput (samples/s)",
-                        "staging / epoch", "unit-hours", "converged"], _run_rows(facts_list)),
         "<h2>Throughput and convergence against scale</h2>",
         '<p class="note">Epoch throughput = train_samples / mean epoch time without evaluation. '
-        "Compute units = nodes x accelerators per node (CPU runs: ranks).</p>",
+        "Compute units = nodes x accelerators per node (CPU runs: ranks). One point per set.</p>",
         '<img id="plot-scaling" src="scaling.png" alt="epoch throughput and epochs to converge against batch size and compute units">',
         "<h2>Compute budget</h2>",
         '<p class="note">unit-hours = time to train x compute units; per result from the score, '
@@ -519,15 +838,42 @@ def provenance_section(facts: list) -> str:
             + (f'<ul id="stack-changes">{changes}</ul>' if changes else ""))
 
 
+def pick_set(views: list[SetView], want: str) -> SetView:
+    """The set --runs-of names: its id, or a part of one id only."""
+    exact = [v for v in views if v.sid == want]
+    if exact:
+        return exact[0]
+    hits = [v for v in views if want in v.sid]
+    if len(hits) == 1:
+        return hits[0]
+    if not hits:
+        raise KitError(f"--runs-of {want}: no set's id contains it (ids are listed in table#sets, "
+                       f"e.g. {views[0].sid})")
+    raise KitError(f"--runs-of {want}: {len(hits)} sets match ({', '.join(v.sid for v in hits[:3])}"
+                   f"{', ...' if len(hits) > 3 else ''}); name one")
+
+
 def main(args) -> int:
     from hpckit.common.fileio import atomic_write_json, atomic_write_text, ensure_new_dir
 
+    site_yaml = site_desc = None
+    if args.site:
+        from hpckit.results.package import load_system_yaml, resolve_site
+        site_yaml = resolve_site(args.site)
+        site_desc = load_system_yaml(site_yaml)
     # a report goes into a new (or empty) directory: an earlier report is never replaced
     out = ensure_new_dir(args.out, "--out", "hpckit report writes")
     seen: set = set()
     site_sets, site_facts = gather(args.runs, "site", seen)
     if not site_sets:
         raise KitError("no site runs left to report (every RUN repeats a --published log?)")
+    if site_desc and site_desc.get("system_name"):
+        # the site's runs were made on the profile's system, whatever platform they logged
+        # (the configs log `unknown`): every table, figure and scores.json names it
+        for s in site_sets:
+            s["logged_platform"], s["platform"] = s["platform"], site_desc["system_name"]
+            for _, r in s["runs"]:
+                site_facts[r.path].set_label = _set_label(s, "site")
     pub_sets, pub_facts = gather(args.published, "published", seen)
     perf_rows = read_perflogs(args.perflog)
     facts = {**site_facts, **pub_facts}
@@ -536,13 +882,18 @@ def main(args) -> int:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    _plot_tts(plt, list(facts.values()), out)
-    _plot_scaling(plt, list(facts.values()), out)
+    views = set_views(site_sets, facts, "site", site_desc) + set_views(pub_sets, facts, "published")
+    runs_of = [pick_set(views, want) for want in args.runs_of]
+    _plot_tts(plt, views, out)
+    _plot_scaling(plt, views, out)
     _plot_history(plt, perf_rows, out)
+    for i, v in enumerate(runs_of):
+        _plot_runs(plt, v, out, f"runs-{i}.png")
 
     inputs = [f"site: {a}" for a in args.runs] + [f"published: {a}" for a in args.published] \
-        + [f"perflog: {a}" for a in args.perflog]
-    atomic_write_text(out / "index.html", render_html(args.title, site_sets, pub_sets, facts, perf_rows, inputs))
+        + [f"perflog: {a}" for a in args.perflog] + ([f"site profile: {site_yaml}"] if site_yaml else [])
+    atomic_write_text(out / "index.html", render_html(args.title, site_sets, pub_sets, views, facts, perf_rows,
+                                                      inputs, runs_of))
     from hpckit.results.score import to_json
     atomic_write_json(out / "scores.json", {"site": to_json(site_sets), "published": to_json(pub_sets)})
     for s in site_sets + pub_sets:
