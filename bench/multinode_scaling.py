@@ -5,6 +5,13 @@ share into its own scratch. For every node count it prints, from the run's summa
 and MLPerf log:
 
     nodes  ranks  global_batch  train samples/s  eval samples/s  staging s  epochs  time to train s
+    allreduce %  MB/batch  staging copy s per node
+
+allreduce % is the share of the training time with a gradient all-reduce in flight (mean
+over ranks; DDP overlaps it with the backward pass, so it bounds the wait from above; "-"
+for one rank or TensorFlow) and MB/batch what each rank all-reduces per batch (summary.json
+usage, hpckit.common.usage and dist.GradSync). The per-node copy time is each node's own
+staging copy, before it waits for the slowest.
 
 The nodes of that cluster are namespaces of ONE machine: they share its cores, memory
 bandwidth and page cache, and their network is a Linux bridge. So the figures show what
@@ -93,7 +100,8 @@ def main() -> int:
         subprocess.run([sys.executable, "-m", "hpckit", "datagen", args.benchmark, "--config", "mini", "--out", data,
                         "--seed", "7"], cwd=REPO, check=True, capture_output=True)
         print(f"{'nodes':>5} {'ranks':>5} {'global_batch':>12} {'train samples/s':>15} {'eval samples/s':>14} "
-              f"{'staging s':>9} {'epochs':>6} {'time to train s':>15}")
+              f"{'staging s':>9} {'epochs':>6} {'time to train s':>15} {'allreduce %':>11} {'MB/batch':>8}  "
+              "staging copy s per node")
         for n in counts:
             out = work / f"run-{n}"
             cmd = ["bash", str(MULTINODE), "exec", str(state), "srun", "--kill-on-bad-exit=1", "-N", str(n),
@@ -109,9 +117,14 @@ def main() -> int:
                 failed = True
                 continue
             s = json.loads((out / "summary.json").read_text())
+            u = s["usage"]
+            share = f"{100 * u['grad_allreduce_share']:.1f}" if u["grad_allreduce_share"] is not None else "-"
+            per_batch = (f"{u['grad_allreduce_bytes_per_batch'] / 1e6:.2f}"
+                         if u["grad_allreduce_bytes_per_batch"] is not None else "-")
+            copies = " ".join(f"{h}={t:.2f}" for h, t in sorted((u["staging_copy_s_per_node"] or {}).items()))
             print(f"{n:>5} {s['ranks']:>5} {s['global_batch_size']:>12} {s['train_samples_per_s']:>15.1f} "
                   f"{s['eval_samples_per_s']:>14.1f} {s['staging_s']:>9.2f} {s['epochs']:>6} "
-                  f"{s['time_to_train_s']:>15.1f}")
+                  f"{s['time_to_train_s']:>15.1f} {share:>11} {per_batch:>8}  {copies}")
     finally:
         subprocess.run(["bash", str(MULTINODE), "stop", str(state)], capture_output=True)
         if args.keep or failed:

@@ -333,6 +333,10 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
     def staging_read_bandwidth(self):
         return self.summary['usage']['staging_read_MBps'] or 0.0
 
+    @performance_function('%')
+    def allreduce_share(self):
+        return 100 * (self.summary['usage']['grad_allreduce_share'] or 0)
+
     @performance_function('MB')
     def epoch_read(self):
         return (self.summary['usage']['train_read_bytes_per_epoch'] or 0) / 1e6

@@ -307,6 +307,11 @@ def test_each_node_trains_from_its_own_scratch(cluster, deepcam_data, tmp_path):
         {p.name for p in files}, "the nodes' shares do not partition the dataset"
     stop = next(e for e in _events(out / "mlperf.log") if e["key"] == "staging_stop")
     assert stop["metadata"]["staged"] is True
+    # each node's own copy time (its local rank 0, before the barrier), by the node's name;
+    # the three copies together read at least the dataset
+    per_node = summary["usage"]["staging_copy_s_per_node"]
+    assert sorted(per_node) == sorted(NAMES) and all(0 < t <= summary["staging_s"] for t in per_node.values())
+    assert summary["usage"]["staging_read_bytes"] >= sum(p.stat().st_size for p in files)
     # training read the staged copies only: every shared file was opened (checked, evicted,
     # staged) before training, and none once the first epoch was done; DeepCAM's loader
     # opens a file at every read of a sample (deepcam/data.py read_raw, no cache), so

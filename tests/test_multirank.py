@@ -145,6 +145,18 @@ def test_two_ranks_converge_like_one(launcher, benchmark, framework, mini_data, 
     assert len(staged) == (256 if benchmark == "deepcam" else 1024)
     share = first(events, "hpckit_train_share")["value"]
     assert share["shuffle"] == "per-epoch permutation of the staged node share"
+    # what the run used, per rank (common/usage.py): both ranks' peaks; under DDP every
+    # training batch all-reduces every fp32 gradient once (the model's parameters x 4 bytes),
+    # timed in flight for part of the training time; TensorFlow's all-reduce is not counted
+    usage = summary["usage"]
+    assert len(usage["peak_rss_bytes_per_rank"]) == 2 and min(usage["peak_rss_bytes_per_rank"]) > 100e6
+    if framework == "pytorch":
+        described = run_hpckit("describe", benchmark, "--config", "mini", "--framework", "pytorch", check=True)
+        params = int(re.search(r"^parameters: (\d+)$", described.stdout, re.M)[1])
+        assert usage["grad_allreduce_bytes_per_batch"] == params * 4
+        assert 0 < usage["grad_allreduce_share"] < 1
+    else:
+        assert usage["grad_allreduce_bytes_per_batch"] is None and usage["grad_allreduce_share"] is None
     # one log, written by rank 0 only, and it passes the compliance check
     assert sum(1 for e in events if e["key"] == "run_stop") == 1
     check = run_hpckit("check", out / "mlperf.log", "--ruleset", "mini", "--config", "mini")
@@ -182,6 +194,7 @@ def test_horovod_two_ranks_under_mpirun(mini_data, tmp_path):
     summary = json.loads((out / "summary.json").read_text())
     assert summary["converged"] is True and summary["dist"] == "horovod", summary
     assert summary["replicas_in_sync"] is True and summary["global_batch_size"] == 8
+    assert summary["usage"]["grad_allreduce_bytes_per_batch"] > 0 and 0 < summary["usage"]["grad_allreduce_share"] < 1
 
 
 def test_three_ranks_on_a_training_set_not_divisible_by_three(deepcam_data, tmp_path):

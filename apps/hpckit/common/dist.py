@@ -276,12 +276,47 @@ def choose(requested: str, framework: str, ranks: Ranks) -> str:
     return requested
 
 
+class GradSync:
+    """The gradient all-reduces of this rank, counted where they are issued: bytes, and the
+    time at least one is in flight (the union of launch-to-completion intervals: DDP's
+    buckets overlap the backward pass, so this bounds from above the time the step waits
+    for the network; a synchronous all-reduce, Horovod's, is all waiting). `timed` is False
+    where completion is not observable on the host (CUDA streams): bytes only."""
+
+    def __init__(self, timed: bool = True):
+        import threading
+        self.timed = timed
+        self.bytes = 0
+        self.busy_s = 0.0
+        self._lock = threading.Lock()
+        self._in_flight = 0
+        self._since = 0.0
+
+    def started(self, nbytes: int) -> None:
+        with self._lock:
+            self.bytes += nbytes
+            if self._in_flight == 0:
+                self._since = time.perf_counter()
+            self._in_flight += 1
+
+    def finished(self) -> None:
+        with self._lock:
+            self._in_flight -= 1
+            if self._in_flight == 0:
+                self.busy_s += time.perf_counter() - self._since
+
+    def read(self) -> dict:
+        with self._lock:
+            return {"bytes": self.bytes, "busy_s": self.busy_s if self.timed else None}
+
+
 class Comm:
     """One process: every collective is the identity."""
     kind = "none"
 
     def __init__(self, ranks: Ranks):
         self.ranks = ranks
+        self.grad_sync: GradSync | None = None   # set where gradients are all-reduced
 
     def allreduce_sum(self, values: list[float]) -> list[float]:
         return list(values)
@@ -349,14 +384,18 @@ class TorchComm(Comm):
         from torch.nn.parallel import DistributedDataParallel
         ids = [self.device.index] if self.device.type == "cuda" else None
         if broadcast_buffers:
-            return DistributedDataParallel(model, device_ids=ids)
-        # DeepCAM keeps rank-local batch-norm statistics between its averagings, as the
-        # reference does; torch 2.13 deprecates broadcast_buffers=False with a FutureWarning
-        # on every rank, but its replacement still syncs buffers at init, and the warning
-        # says to keep using broadcast_buffers=False for rank-local buffers: it is not shown
-        with warnings.catch_warnings():
-            warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
-            return DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+            ddp = DistributedDataParallel(model, device_ids=ids)
+        else:
+            # DeepCAM keeps rank-local batch-norm statistics between its averagings, as the
+            # reference does; torch 2.13 deprecates broadcast_buffers=False with a FutureWarning
+            # on every rank, but its replacement still syncs buffers at init, and the warning
+            # says to keep using broadcast_buffers=False for rank-local buffers: it is not shown
+            with warnings.catch_warnings():
+                warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
+                ddp = DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
+        self.grad_sync = GradSync(timed=self.device.type != "cuda")
+        ddp.register_comm_hook(self.grad_sync, _counted_allreduce)
+        return ddp
 
     def average_tensors(self, tensors) -> None:
         if not tensors:
@@ -377,6 +416,22 @@ class TorchComm(Comm):
     def close(self):
         if self.tdist.is_initialized():
             self.tdist.destroy_process_group()
+
+
+def _counted_allreduce(sync: GradSync, bucket):
+    """DDP's own default, counted: torch 2.13's allreduce_hook (torch/distributed/algorithms/
+    ddp_comm_hooks/default_hooks.py:18-32, _allreduce_fut: divide by the group size, then an
+    asynchronous all_reduce of the bucket) with GradSync's counts around it."""
+    import torch.distributed as tdist
+    buf = bucket.buffer()
+    buf.div_(tdist.get_world_size())
+    sync.started(buf.numel() * buf.element_size())
+    fut = tdist.all_reduce(buf, async_op=True).get_future()
+
+    def done(f):
+        sync.finished()
+        return f.value()[0]
+    return fut.then(done)
 
 
 class HorovodComm(Comm):
@@ -416,7 +471,13 @@ class HorovodComm(Comm):
         params = [p for p in params if p.grad is not None]
         grads = [p.grad for p in params]
         if grads:
-            self.hvd.grouped_allreduce_(grads, op=self.hvd.Average, name="hpckit.grads")
+            if self.grad_sync is None:
+                self.grad_sync = GradSync(timed=self.device.type != "cuda")
+            self.grad_sync.started(sum(g.numel() * g.element_size() for g in grads))
+            try:
+                self.hvd.grouped_allreduce_(grads, op=self.hvd.Average, name="hpckit.grads")
+            finally:
+                self.grad_sync.finished()
 
     def close(self):
         self.hvd.shutdown()

@@ -310,6 +310,7 @@ class MLPerfRun:
         self.peaks = usage.PeakMemory()
         self.used: dict = {"staging_read_bytes": None, "staging_read_MBps": None,
                            "train_read_bytes": 0, "eval_read_bytes": 0, "io_epochs": 0,
+                           "sync_bytes": 0.0, "sync_batches": 0, "sync_busy_s": 0.0, "sync_train_s": 0.0,
                            "peak_rss_bytes_per_rank": None, "peak_worker_rss_bytes_per_rank": None,
                            "peak_gpu_bytes_per_rank": None}
         # the stack and machine this run is made with, recorded now (common/provenance.py)
@@ -420,10 +421,20 @@ class MLPerfRun:
                         nbytes += staging.copy_files(files, dest[split])
                 except KitError as e:   # which node's scratch failed, on a job of many
                     raise KitError(f"node {socket.gethostname()}: staging: {e}") from None
+            copy_s = watch.elapsed()   # this node's own copy (local rank 0), before waiting for the others
             self.comm.barrier(timeout_s=STAGING_TIMEOUT_S)
+        else:
+            copy_s = 0.0
         self.staging_s = watch.elapsed()
         read = usage.io_delta(io_before, usage.io_counters()) or {"rchar": 0}
-        read_all = int(self.comm.allreduce_sum([float(read["rchar"])])[0])   # every node's copy
+        n = self.ranks.size
+        vec = [float(read["rchar"])] + [0.0] * n
+        vec[1 + self.ranks.rank] = copy_s if self.ranks.local_rank == 0 else 0.0
+        total = self.comm.allreduce_sum(vec)
+        read_all = int(total[0])   # every node's copy
+        hosts = self.ranks.hosts if len(self.ranks.hosts) == n else tuple(f"rank {r}" for r in range(n))
+        self.used["staging_copy_s_per_node"] = (
+            {hosts[r]: round(total[1 + r], 3) for r in range(n) if total[1 + r] > 0} if dest is not None else None)
         self.used["staging_read_bytes"] = read_all
         self.used["staging_read_MBps"] = usage.mb_per_s(read_all, self.staging_s) if dest is not None else None
         self.log.end(C.STAGING_STOP, metadata={"staging_duration": self.staging_s, "staged": dest is not None,
@@ -485,7 +496,7 @@ class MLPerfRun:
         metric (DeepCAM's eval_loss)."""
         for epoch in range(1, n_epochs + 1):
             self.log.start(C.EPOCH_START, metadata={"epoch_num": epoch})
-            io_start = usage.io_counters()
+            io_start, sync_start, steps_start = usage.io_counters(), self._grad_sync(), self.steps_done
             try:
                 samples, seconds = train_epoch(epoch)
             except Diverged as e:
@@ -509,8 +520,9 @@ class MLPerfRun:
             if not self.style.metric_in_eval:
                 self._log_metric(epoch, metric, extra)
             self.epochs_done, self.last_metric = epoch, float(metric)
+            sync = {k: (v - sync_start[k]) if v is not None else None for k, v in self._grad_sync().items()}
             self._count_epoch(epoch, usage.io_delta(io_start, io_trained), usage.io_delta(io_trained, io_evaluated),
-                              seconds)
+                              seconds, sync, self.steps_done - steps_start)
             if self.quality.reached(metric):
                 self.status = "success"
                 self._run_stop("success")
@@ -528,25 +540,42 @@ class MLPerfRun:
         self._run_stop("aborted", reason=f"target not reached in {n_epochs} epochs")
         return False
 
-    def _count_epoch(self, epoch: int, train_io: dict | None, eval_io: dict | None, train_s: float) -> None:
+    def _grad_sync(self) -> dict:
+        sync = self.comm.grad_sync
+        return sync.read() if sync is not None else {"bytes": None, "busy_s": None}
+
+    def _count_epoch(self, epoch: int, train_io: dict | None, eval_io: dict | None, train_s: float,
+                     sync: dict, batches: int) -> None:
         """One collective per epoch, on every rank: the bytes all ranks read while training
-        and evaluating, and each rank's peak memory so far (rank r's slots of the vector)."""
+        and evaluating, the gradient all-reduces' bytes and time in flight summed over ranks,
+        and each rank's peak memory so far (rank r's slots of the vector)."""
         n = self.ranks.size
         peak = self.peaks.sample()
-        vec = [float((train_io or {}).get("rchar", 0)), float((eval_io or {}).get("rchar", 0))] + [0.0] * (3 * n)
+        vec = [float((train_io or {}).get("rchar", 0)), float((eval_io or {}).get("rchar", 0)),
+               float(sync["bytes"] or 0), float(sync["busy_s"] or 0), float(sync["busy_s"] is not None),
+               float(train_s)] + [0.0] * (3 * n)
+        head = 6
         for i, key in enumerate(("main_bytes", "workers_bytes", "gpu_bytes")):
-            vec[2 + i * n + self.ranks.rank] = float(peak[key] or 0)
+            vec[head + i * n + self.ranks.rank] = float(peak[key] or 0)
         total = self.comm.allreduce_sum(vec)
         train_b, eval_b = int(total[0]), int(total[1])
         self.used["train_read_bytes"] += train_b
         self.used["eval_read_bytes"] += eval_b
         self.used["io_epochs"] += 1
+        if sync["bytes"] is not None:
+            self.used["sync_bytes"] += total[2] / n          # per rank
+            self.used["sync_batches"] += batches
+            if total[4] == n:                                # every rank could time it
+                self.used["sync_busy_s"] += total[3] / n
+                self.used["sync_train_s"] += total[5] / n
         for i, key in enumerate(("peak_rss_bytes_per_rank", "peak_worker_rss_bytes_per_rank",
                                  "peak_gpu_bytes_per_rank")):
-            values = [int(v) for v in total[2 + i * n: 2 + (i + 1) * n]]
+            values = [int(v) for v in total[head + i * n: head + (i + 1) * n]]
             self.used[key] = values if any(values) else None
         self.log.event(HPC_USAGE_EPOCH, {"train_read_bytes": train_b, "eval_read_bytes": eval_b,
-                                         "train_read_MBps": usage.mb_per_s(train_b, train_s)},
+                                         "train_read_MBps": usage.mb_per_s(train_b, train_s),
+                                         "grad_allreduce_share": total[3] / total[5]
+                                         if sync["busy_s"] is not None and total[4] == n and total[5] > 0 else None},
                        metadata={"epoch_num": epoch})
 
     def usage_record(self) -> dict:
@@ -560,11 +589,17 @@ class MLPerfRun:
             "peak_gpu_bytes_per_rank": u["peak_gpu_bytes_per_rank"],
             "staging_read_bytes": u["staging_read_bytes"],
             "staging_read_MBps": u["staging_read_MBps"],
+            "staging_copy_s_per_node": u.get("staging_copy_s_per_node"),
             "train_read_bytes_per_epoch": u["train_read_bytes"] / epochs if epochs else None,
             "train_read_MBps": usage.mb_per_s(u["train_read_bytes"], self.train_seconds),
             "eval_read_bytes_per_epoch": u["eval_read_bytes"] / epochs if epochs else None,
+            "grad_allreduce_bytes_per_batch": u["sync_bytes"] / u["sync_batches"] if u["sync_batches"] else None,
+            "grad_allreduce_share": u["sync_busy_s"] / u["sync_train_s"] if u["sync_train_s"] else None,
             "measured": "rchar of /proc/<pid>/io over each rank and its loader workers, summed over ranks; "
-                        "peaks: VmHWM of each rank's main process, its largest worker",
+                        "peaks: VmHWM of each rank's main process, its largest worker; gradient all-reduce: "
+                        "bytes per rank and training batch, and the share of the training time with one in "
+                        "flight (mean over ranks; DDP overlaps it with the backward pass: an upper bound of "
+                        "the wait; none on one rank, none timed on CUDA)",
         }
 
     def _run_stop(self, status: str, reason: str | None = None) -> None:
