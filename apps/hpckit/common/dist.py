@@ -550,7 +550,7 @@ def rendezvous(ranks: Ranks, timeout_s: float, what: str) -> None:
 
 # ---------------------------------------------------------------- throughput campaigns
 # M model instances of S ranks each in one launch of M x S ranks (the "weak scaling" of
-# MLPerf HPC, mlcommons/training_policies hpc_training_rules.adoc "Throughput"): rank r
+# MLPerf HPC, mlcommons/training_policies@d73e20f hpc_training_rules.adoc:132-167): rank r
 # belongs to instance r // S and is rank r % S of it. Ports on the rendezvous host of the
 # whole launch: P (torch's store; torchrun's own), P+1 the roll call of all ranks, P+2 the
 # start barrier of all ranks (before run_start), P+3 the end barrier; instance i's own
@@ -690,8 +690,14 @@ def _meet(ranks: Ranks, timeout_s: float, what: str, mine: bytes,
             missing = [r for r in range(1, ranks.size) if r not in peers]
             if missing:
                 shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
-                raise KitError(f"{where} failed: {len(missing)} of {ranks.size} ranks did not arrive within "
-                               f"{timeout_s:g} s (--collective-timeout): rank {shown}")
+                why = (f"{len(missing)} of {ranks.size} ranks did not arrive within {timeout_s:g} s "
+                       f"(--collective-timeout): rank {shown}")
+                for conn in peers.values():   # the ranks that came learn who did not
+                    try:
+                        _send_blob(conn, json.dumps({"error": why}).encode())
+                    except OSError:
+                        pass
+                raise KitError(f"{where} failed: {why}")
             table = json.dumps([rows[r] for r in range(ranks.size)]).encode()
             for conn in peers.values():
                 _send_blob(conn, table)
@@ -717,7 +723,9 @@ def _meet(ranks: Ranks, timeout_s: float, what: str, mine: bytes,
                                "(--collective-timeout)") from None
             time.sleep(0.2)
     try:
-        conn.settimeout(left())
+        # connected, so rank 0 listens and decides within timeout_s from now at most: wait a
+        # little longer for its answer, to hear from it who did not come
+        conn.settimeout(timeout_s + 5)
         conn.sendall(struct.pack("!i", ranks.rank))
         _send_blob(conn, mine)
         table = json.loads(_recv_blob(conn))
@@ -726,6 +734,8 @@ def _meet(ranks: Ranks, timeout_s: float, what: str, mine: bytes,
                        f"(--collective-timeout): {e}") from None
     finally:
         conn.close()
+    if isinstance(table, dict) and "error" in table:
+        raise KitError(f"{where} failed: {table['error']}")
     if len(table) != ranks.size:
         raise KitError(f"{where} failed: rank 0 answered for {len(table)} ranks")
     return [json.dumps(row).encode() for row in table]
