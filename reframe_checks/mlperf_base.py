@@ -340,3 +340,94 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
     @performance_function('MB')
     def epoch_read(self):
         return (self.summary['usage']['train_read_bytes_per_epoch'] or 0) / 1e6
+
+@sn.deferrable
+def assert_campaign(instances, stdout, ruleset):
+    """Every instance of the campaign trained, converged and is compliant; a FAIL names
+    the first instance that is not."""
+    for i in range(instances):
+        summary = sn.evaluate(load_json(f'out/instance_{i}/summary.json', f'instance {i}'))
+        if summary.get('error'):
+            raise SanityError(f"instance {i}: {summary['error']}")
+        try:
+            sn.evaluate(assert_converged(summary))
+        except SanityError as e:
+            raise SanityError(f'instance {i}: {e}') from None
+    verdicts = sn.evaluate(sn.extractall(r'^((?:NOT )?COMPLIANT: .*)$', stdout, 1))
+    bad = [v for v in verdicts if not v.startswith('COMPLIANT: ') or f' passes the {ruleset} ruleset ' not in v]
+    if len(verdicts) != instances or bad:
+        raise SanityError(bad[0] if bad else f'{len(verdicts)} compliance verdicts for {instances} instances')
+    return True
+
+
+class MLPerfCampaign(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True):
+    """A throughput (weak-scaling) campaign: `instances` model instances of
+    `instance_ranks` ranks each, trained concurrently in one launch of M x S ranks
+    (`hpckit train --instances M`), scored as the official summarizer scores a weak set
+    (`hpckit score`: number of models, time_to_train_all, instance scale).
+
+    A subclass sets `benchmark`, `framework`, the parameters `instances` and
+    `instance_ranks`, and a `dataset` fixture. Opt-in: no partition has the `campaign`
+    feature unless a site adds it; on the local profile
+
+        reframe -C site_profiles/local/settings.py -c reframe_checks/campaign.py -r \\
+            --system local:mpi -S valid_systems=local:mpi
+    """
+
+    benchmark = variable(str)
+    config = variable(str, value='mini')
+    seed = variable(int, value=0)          # instance i trains with seed + i
+    overrides = variable(typ.List[str], value=[])
+    valid_systems = ['+campaign']
+    valid_prog_environs = ['+hpckit']
+    executable = 'hpckit'
+    keep_files = ['out']
+    reference = {'$ref': REFERENCES_FILE}
+
+    @run_after('init')
+    def add_tags(self):
+        self.tags |= {'mlperf', 'campaign', self.benchmark}
+
+    @run_after('setup')
+    def set_ranks(self):
+        self.num_tasks = self.instances * self.instance_ranks
+        extras = self.current_partition.extras
+        if 'ranks_per_node' in extras:
+            self.num_tasks_per_node = int(extras['ranks_per_node'])
+        self.overrides = [*self.overrides, *extras.get('overrides', {}).get(self.benchmark, [])]
+
+    @run_before('run')
+    def set_command(self):
+        if self.current_partition.launcher_type.registered_name == 'mpirun':
+            self.job.launcher.options += ['--oversubscribe']   # M x S ranks may exceed the cores
+        self.executable_opts = [
+            'train', self.benchmark, '--data', self.dataset.path, '--config', self.config,
+            '--framework', self.framework, '--output-dir', 'out', '--seed', str(self.seed),
+            '--instances', str(self.instances), '--stage-dir', 'staged',
+            *(x for o in self.overrides for x in ('--set', o))]
+        ruleset = 'mini' if self.config == 'mini' else 'hpc-3.0.0'
+        self.postrun_cmds = [
+            'echo "hpckit train exit code: $?"',
+            f'for i in $(seq 0 {self.instances - 1}); do hpckit check out/instance_$i/mlperf.log '
+            f'--ruleset {ruleset} --config {self.config}; done',
+            'hpckit score out --json out/score.json']
+
+    @sanity_function
+    def validate(self):
+        return assert_campaign(self.instances, self.stdout, 'mini' if self.config == 'mini' else 'hpc-3.0.0')
+
+    @property
+    def score(self):
+        return load_json('out/score.json', 'hpckit score')['sets'][0]['score']
+
+    @performance_function('models')
+    def number_of_models(self):
+        return self.score['number_of_models']
+
+    @performance_function('min')
+    def time_to_train_all(self):
+        return self.score['time_to_train_all_min']
+
+    @performance_function('units')
+    def instance_scale(self):
+        return self.score['instance_scale']

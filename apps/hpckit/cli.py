@@ -108,6 +108,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="PyTorch device: the local rank's GPU when CUDA is available (auto), or cpu")
     p.add_argument("--collective-timeout", type=float, default=60.0, metavar="SECONDS",
                    help="a collective waiting longer for a peer fails the run (default 60)")
+    p.add_argument("--instances", type=positive_int, default=1, metavar="M",
+                   help="a throughput campaign: the launch's ranks form M model instances of equal size, "
+                        "each trained on its own (own seed, communicator, OUT/instance_<i>/), all starting together")
 
     p = sub.add_parser("describe", help="print a benchmark's model: layers, output shape, parameters")
     p.add_argument("benchmark", choices=BENCHMARKS)
@@ -139,7 +142,16 @@ def build_parser() -> argparse.ArgumentParser:
 
 
 def main(argv: list[str] | None = None) -> int:
-    code = run_command(argv)
+    try:
+        code = run_command(argv)
+    finally:
+        campaign = getattr(sys.modules.get("hpckit.common.dist"), "ACTIVE_CAMPAIGN", None)
+        if campaign is not None:
+            # an instance that finished (converged, missed its target or failed) waits for the
+            # others: its launcher would stop them all on its exit status (common/dist.py)
+            missed = campaign.end_barrier()
+            if missed:
+                print(f"hpckit train: warning: {missed}", file=sys.stderr, flush=True)
     dist = sys.modules.get("hpckit.common.dist")    # loaded only where a run made a communicator
     if dist is not None and dist.UNSAFE_TEARDOWN:
         # results and logs are written and closed; skip the interpreter teardown that can
@@ -165,6 +177,9 @@ def run_command(argv: list[str] | None) -> int:
             return main_score(args)
         if args.command in TOOL_COMMANDS:
             return importlib.import_module(TOOL_COMMANDS[args.command][0]).main(args)
+        if args.command == "train" and args.instances > 1:
+            from hpckit.common.run import campaign_output_dir
+            args.output_dir = str(campaign_output_dir(args.output_dir, args.instances))
         module = importlib.import_module(f"hpckit.{args.benchmark}.commands")
         return getattr(module, args.command)(args)
     except Terminated as e:

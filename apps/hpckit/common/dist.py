@@ -342,6 +342,9 @@ class Comm:
 # gil_scoped_acquire). cli.main ends such a process with os._exit once everything is
 # written and flushed.
 UNSAFE_TEARDOWN = False
+# This process's place in a throughput campaign (run.launch sets it): cli.main waits at
+# its end barrier before the process exits.
+ACTIVE_CAMPAIGN = None
 
 
 class TorchComm(Comm):
@@ -606,6 +609,88 @@ def rendezvous(ranks: Ranks, timeout_s: float, what: str) -> None:
     _meet(ranks, timeout_s, what, b"{}")
 
 
+# ---------------------------------------------------------------- throughput campaigns
+# M model instances of S ranks each in one launch of M x S ranks (the "weak scaling" of
+# MLPerf HPC, mlcommons/training_policies@d73e20f hpc_training_rules.adoc:132-167): rank r
+# belongs to instance r // S and is rank r % S of it. Ports on the rendezvous host of the
+# whole launch: P (torch's store; torchrun's own), P+1 the roll call of all ranks, P+2 the
+# start barrier of all ranks (before run_start), P+3 the end barrier; instance i's own
+# rendezvous is the host of its first rank, at port P + 4 + i x (2 + ranks per node):
+# its torch store, its roll call and its TensorFlow workers, as one training's P, P+1, P+2...
+CAMPAIGN_START_PORT_OFFSET = 2
+CAMPAIGN_END_PORT_OFFSET = 3
+CAMPAIGN_INSTANCE_PORT_OFFSET = 4
+# how long an instance that finished waits at the end for the others (the launcher would
+# otherwise take its exit status as the job's and stop the instances still training)
+CAMPAIGN_END_TIMEOUT_S = 7 * 24 * 3600
+
+
+def campaign_slot(ranks: Ranks, instances: int) -> tuple[int, int, int]:
+    """(instance, rank within it, ranks per instance) of this rank in a campaign of
+    `instances` instances over all the launch's ranks."""
+    if instances < 1:
+        raise KitError(f"--instances {instances}: must be a number of model instances >= 1")
+    if ranks.size % instances:
+        raise KitError(f"--instances {instances}: the launch's {ranks.size} ranks ({ranks.launcher}) do not split "
+                       f"into {instances} instances of equal size; launch instances x ranks-per-instance ranks")
+    per = ranks.size // instances
+    return ranks.rank // per, ranks.rank % per, per
+
+
+@dataclass(frozen=True)
+class Campaign:
+    """One rank's place in a throughput campaign: its instance, and every rank of the
+    launch (`world`, after the roll call) for the barriers across all instances."""
+    instance: int
+    instances: int
+    world: Ranks
+    timeout_s: float
+
+    def start_barrier(self) -> str | None:
+        """All ranks of all instances meet before run_start, so the instances start
+        together (time_to_train_all runs from the earliest run_start). An instance that did
+        not come (it failed in its initialisation) does not stop the others: after
+        timeout_s they start without it. Returns None, or the one line saying who was
+        missing."""
+        return self._meet("start barrier", CAMPAIGN_START_PORT_OFFSET, self.timeout_s)
+
+    def end_barrier(self) -> str | None:
+        """Every rank waits here, its instance finished (converged or not), until all have:
+        mpirun and torchrun stop every rank once one exits non-zero, which would end the
+        instances still training."""
+        return self._meet("end barrier", CAMPAIGN_END_PORT_OFFSET, CAMPAIGN_END_TIMEOUT_S)
+
+    def _meet(self, what: str, offset: int, timeout_s: float) -> str | None:
+        if self.world.size == 1:
+            return None
+        try:
+            _meet(self.world, timeout_s, f"campaign {what}", b"{}", port_offset=offset)
+        except KitError as e:
+            return f"instance {self.instance}: {e}; this instance goes on"
+        return None
+
+
+def instance_ranks(world: Ranks, instances: int) -> Ranks:
+    """This rank's Ranks inside its instance, from the roll call of the whole launch: rank
+    and size within the instance, its node and local rank among the instance's ranks on
+    that node, the instance's own rendezvous (the address of its first rank, a port of its
+    own) and the instance's slice of the host table."""
+    if len(world.hosts) != world.size:
+        raise KitError("--instances: the ranks' hosts are unknown (no roll call)")
+    instance, rank, per = campaign_slot(world, instances)
+    first = instance * per
+    hosts = world.hosts[first:first + per]
+    addrs = world.addrs[first:first + per]
+    node_order = list(dict.fromkeys(hosts))
+    local_ranks = tuple([k for k in range(per) if hosts[k] == hosts[j]].index(j) for j in range(per))
+    widest = max(world.hosts.count(h) for h in set(world.hosts))   # ranks on the fullest node
+    port = world.master_port + CAMPAIGN_INSTANCE_PORT_OFFSET + instance * (TF_WORKER_PORT_OFFSET + widest)
+    return replace(world, rank=rank, size=per, local_rank=local_ranks[rank], local_size=hosts.count(hosts[rank]),
+                   node=node_order.index(hosts[rank]), nodes=len(node_order), master_addr=addrs[0],
+                   master_port=port, node_hosts=tuple(node_order), hosts=hosts, addrs=addrs,
+                   local_ranks=local_ranks)
+
+
 def _send_blob(conn: socket.socket, blob: bytes) -> None:
     conn.sendall(struct.pack("!I", len(blob)) + blob)
 
@@ -623,12 +708,14 @@ def _recv_blob(conn: socket.socket) -> bytes:
     return blob
 
 
-def _meet(ranks: Ranks, timeout_s: float, what: str, mine: bytes) -> list[bytes]:
-    """Rank 0 listens, every other rank connects and sends its number and `mine` (a JSON
-    object); rank 0 answers all of them, once everyone is there, with every rank's object
-    (with "addr": where it connected from) in rank order. Returns that list."""
+def _meet(ranks: Ranks, timeout_s: float, what: str, mine: bytes,
+          port_offset: int = ROLL_CALL_PORT_OFFSET) -> list[bytes]:
+    """Rank 0 listens (on master_port + port_offset), every other rank connects and sends
+    its number and `mine` (a JSON object); rank 0 answers all of them, once everyone is
+    there, with every rank's object (with "addr": where it connected from) in rank order.
+    Returns that list."""
     import json
-    port = ranks.master_port + ROLL_CALL_PORT_OFFSET
+    port = ranks.master_port + port_offset
     where = f"{what} rendezvous at {ranks.master_addr}:{port} (rank {ranks.rank} of {ranks.size})"
     deadline = time.monotonic() + timeout_s
     family = socket.AF_INET6 if ":" in ranks.master_addr else socket.AF_INET
@@ -664,8 +751,14 @@ def _meet(ranks: Ranks, timeout_s: float, what: str, mine: bytes) -> list[bytes]
             missing = [r for r in range(1, ranks.size) if r not in peers]
             if missing:
                 shown = ", ".join(map(str, missing[:8])) + (" ..." if len(missing) > 8 else "")
-                raise KitError(f"{where} failed: {len(missing)} of {ranks.size} ranks did not arrive within "
-                               f"{timeout_s:g} s (--collective-timeout): rank {shown}")
+                why = (f"{len(missing)} of {ranks.size} ranks did not arrive within {timeout_s:g} s "
+                       f"(--collective-timeout): rank {shown}")
+                for conn in peers.values():   # the ranks that came learn who did not
+                    try:
+                        _send_blob(conn, json.dumps({"error": why}).encode())
+                    except OSError:
+                        pass
+                raise KitError(f"{where} failed: {why}")
             table = json.dumps([rows[r] for r in range(ranks.size)]).encode()
             for conn in peers.values():
                 _send_blob(conn, table)
@@ -691,7 +784,9 @@ def _meet(ranks: Ranks, timeout_s: float, what: str, mine: bytes) -> list[bytes]
                                "(--collective-timeout)") from None
             time.sleep(0.2)
     try:
-        conn.settimeout(left())
+        # connected, so rank 0 listens and decides within timeout_s from now at most: wait a
+        # little longer for its answer, to hear from it who did not come
+        conn.settimeout(timeout_s + 5)
         conn.sendall(struct.pack("!i", ranks.rank))
         _send_blob(conn, mine)
         table = json.loads(_recv_blob(conn))
@@ -700,6 +795,8 @@ def _meet(ranks: Ranks, timeout_s: float, what: str, mine: bytes) -> list[bytes]
                        f"(--collective-timeout): {e}") from None
     finally:
         conn.close()
+    if isinstance(table, dict) and "error" in table:
+        raise KitError(f"{where} failed: {table['error']}")
     if len(table) != ranks.size:
         raise KitError(f"{where} failed: rank 0 answered for {len(table)} ranks")
     return [json.dumps(row).encode() for row in table]

@@ -73,8 +73,11 @@ class LineFileHandler(logging.Handler):
 
 
 class MLLogger:
-    def __init__(self, path: Path | None, rank: int = 0, echo: bool = True):
+    def __init__(self, path: Path | None, rank: int = 0, echo: bool = True, instance: int | None = None):
         self.enabled = rank == 0 and path is not None
+        # a throughput campaign's instance: metadata.instance on every line, as the published
+        # weak-scaling logs carry it (hpc_results_v2.0 NVIDIA dgxa100_n512_pytorch/weak/cosmoflow)
+        self.instance = instance
         self.path = path
         self.run_started = self.run_stopped = False
         self.run_start_time = self.run_stop_time = None
@@ -97,6 +100,9 @@ class MLLogger:
                      root_dir=str(Path(__file__).resolve().parents[2]))
         self._ml = mllog.get_mllogger()
 
+    def _meta(self, metadata: dict | None) -> dict | None:
+        return metadata if self.instance is None else {**(metadata or {}), "instance": self.instance}
+
     def _raise_failed(self) -> None:
         """mllog swallows a handler's exception: a line that did not reach the file is raised here."""
         if self._file.failed is not None:
@@ -104,21 +110,21 @@ class MLLogger:
 
     def event(self, key: str, value=None, metadata: dict | None = None) -> None:
         if self.enabled:
-            self._ml.event(key=key, value=value, metadata=metadata, stack_offset=2)
+            self._ml.event(key=key, value=value, metadata=self._meta(metadata), stack_offset=2)
             self._raise_failed()
 
     def start(self, key: str, value=None, metadata: dict | None = None) -> None:
         if key == C.RUN_START:
             self.run_started, self.run_start_time = True, time.time()
         if self.enabled:
-            self._ml.start(key=key, value=value, metadata=metadata, stack_offset=2)
+            self._ml.start(key=key, value=value, metadata=self._meta(metadata), stack_offset=2)
             self._raise_failed()
 
     def end(self, key: str, value=None, metadata: dict | None = None) -> None:
         if key == C.RUN_STOP:
             self.run_stopped, self.run_stop_time = True, time.time()
         if self.enabled:
-            self._ml.end(key=key, value=value, metadata=metadata, stack_offset=2)
+            self._ml.end(key=key, value=value, metadata=self._meta(metadata), stack_offset=2)
             self._raise_failed()
 
     def run_stop(self, status: str, **metadata) -> None:

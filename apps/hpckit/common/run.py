@@ -15,8 +15,9 @@ from __future__ import annotations
 import math
 import os
 import socket
+import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
@@ -168,6 +169,7 @@ class Launch:
     cores: cores.CorePlan
     keep_staged: bool = False   # --keep-staged: leave the staged copies (else removed at the end)
     allocator: str = "unchanged"   # memory.tune_allocator's settings, logged
+    campaign: dist.Campaign | None = None   # --instances M: this rank's instance of a throughput campaign
 
     @property
     def accelerators_per_node(self) -> int:
@@ -182,7 +184,13 @@ def launch(args, framework: str, cfg: dict) -> Launch:
     timeout_s = getattr(args, "collective_timeout", 60.0)
     if not timeout_s > 0:
         raise KitError(f"--collective-timeout {timeout_s:g}: must be a number of seconds > 0")
-    ranks = dist.detect()
+    world = dist.detect()
+    instances = getattr(args, "instances", 1) or 1
+    _, _, per_instance = dist.campaign_slot(world, instances)
+    ranks = replace(world, size=per_instance) if instances > 1 else world
+    if instances > 1 and getattr(args, "dist", "auto") == "horovod":
+        raise KitError("--instances with --dist horovod: Horovod's communicator spans every rank of the launch; "
+                       "a campaign's instances use --dist auto (torch.distributed or tf.distribute per instance)")
     kind = dist.choose(getattr(args, "dist", "auto"), framework, ranks)
     threads = getattr(args, "threads", None)
     if threads is not None and threads < 1:
@@ -191,14 +199,19 @@ def launch(args, framework: str, cfg: dict) -> Launch:
     if stage_dir is not None:
         staging.check_stage_dir(stage_dir, Path(args.data))
     # where every rank really runs (node, local rank, address), told by the ranks themselves
-    ranks = dist.roll_call(ranks, timeout_s, dist.COMM_NAMES.get(kind, "hpckit"))
+    world = dist.roll_call(world, timeout_s, dist.COMM_NAMES.get(kind, "hpckit") if instances == 1 else "campaign")
+    ranks, campaign = world, None
+    if instances > 1:   # a throughput campaign: this rank's instance is its run
+        ranks = dist.instance_ranks(world, instances)
+        campaign = dist.Campaign(world.rank // per_instance, instances, world, timeout_s)
+        dist.ACTIVE_CAMPAIGN = campaign
     device = None
-    if framework == "pytorch":
-        device = dist.torch_device(getattr(args, "device", "auto"), ranks)
+    if framework == "pytorch":   # the GPU and the cores by the rank's place among all ranks of its node
+        device = dist.torch_device(getattr(args, "device", "auto"), world)
     elif getattr(args, "device", "auto") == "cuda":
         raise KitError("--device applies to PyTorch; TensorFlow places ops on the visible GPUs itself")
     precision.check(cfg["train"]["precision"], getattr(device, "type", "cpu"))
-    core_plan = cores.plan(ranks.local_rank, ranks.local_size, threads, cfg["data"]["loader_workers"],
+    core_plan = cores.plan(world.local_rank, world.local_size, threads, cfg["data"]["loader_workers"],
                            accelerator=getattr(device, "type", "cpu") != "cpu")
     cfg["data"]["loader_workers"] = core_plan.loader_workers
     cores.apply(core_plan, framework)   # before the communicator starts the runtime
@@ -207,10 +220,16 @@ def launch(args, framework: str, cfg: dict) -> Launch:
     determinism.apply(framework, cfg["train"]["deterministic"], getattr(device, "type", "cpu"))
     dist.raise_on_sigterm()
     comm = dist.make_comm(kind, ranks, device=device, timeout_s=timeout_s)
-    seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
+    if campaign is None:
+        seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
+    elif args.seed is not None:   # instance i: --seed + i, distinct for every instance
+        seed = (args.seed + campaign.instance) % 2 ** 31
+    else:   # each instance's first rank draws its own (instances start in the same millisecond)
+        import secrets
+        seed = 1 + secrets.randbelow(2 ** 31 - 1)
     seed = comm.broadcast_int(seed)
     return Launch(ranks, comm, device, seed, stage_dir, core_plan, bool(getattr(args, "keep_staged", False)),
-                  allocator)
+                  allocator, campaign)
 
 
 class Diverged(Exception):
@@ -230,15 +249,25 @@ _CLAIMS: dict[Path, int] = {}   # output dir -> the lock's file descriptor, held
 RUN_FILES = ("mlperf.log", "summary.json")
 
 
-def claim_output_dir(path: str | os.PathLike) -> Path:
+def campaign_output_dir(path: str | os.PathLike, instances: int) -> Path:
+    """--output-dir of this rank's run: OUT itself, or OUT/instance_<i> in a campaign of
+    `instances` instances (rank r of M x S ranks is in instance r // S)."""
+    if instances <= 1:
+        return Path(path)
+    instance, _, _ = dist.campaign_slot(dist.detect(), instances)
+    return Path(path) / f"instance_{instance}"
+
+
+def claim_output_dir(path: str | os.PathLike, instances: int = 1) -> Path:
     """An output directory belongs to one run. Rank 0 takes an exclusive lock on
     DIR/.hpckit.lock for the process's lifetime (a second run started into it stops at
     once), and refuses a directory that holds an earlier run's mlperf.log or summary.json:
-    the kit never replaces a run's results. Called first thing by `hpckit train`, before
+    the kit never replaces a run's results. In a campaign the first rank of each instance
+    claims its instance's directory. Called first thing by `hpckit train`, before
     anything is written there."""
     import fcntl
     path = ensure_writable_dir(path, "--output-dir")
-    if dist.detect().rank != 0 or path.resolve() in _CLAIMS:
+    if dist.campaign_slot(dist.detect(), instances)[1] != 0 or path.resolve() in _CLAIMS:
         return path
     try:
         fd = os.open(path / ".hpckit.lock", os.O_WRONLY | os.O_CREAT, 0o644)
@@ -288,7 +317,10 @@ class MLPerfRun:
         self.accelerators_per_node = launched.accelerators_per_node
         self.cores, self.allocator = launched.cores, launched.allocator
         self.out_dir = ensure_writable_dir(out_dir, "--output-dir")
-        self.log = MLLogger(self.out_dir / "mlperf.log" if self.ranks.rank == 0 else None, self.ranks.rank)
+        self.campaign = launched.campaign
+        self.log = MLLogger(self.out_dir / "mlperf.log" if self.ranks.rank == 0 else None, self.ranks.rank,
+                            instance=self.campaign.instance if self.campaign else None)
+        self.start_barrier: str | None = None   # a campaign's start barrier that missed instances
         self.staging_s = 0.0
         self.epochs_done = 0
         self.last_metric = float("nan")
@@ -388,6 +420,7 @@ class MLPerfRun:
                                          "ranks": self.ranks.size, "ranks_per_node": self.ranks.local_size,
                                          "launcher": self.ranks.launcher, "dist": self.comm.kind,
                                          "cores": self.cores.as_log(), "allocator": self.allocator,
+                                         **self._campaign_fields(),
                                          **{k: v for k, v in flatten(self.cfg).items() if k != "name"}})
         if self.provenance is not None:
             self.log.event(provenance.LOG_KEY, provenance.log_value(self.provenance))
@@ -395,6 +428,13 @@ class MLPerfRun:
             self.log.event(key, value)
 
     def start_run(self) -> None:
+        if self.campaign is not None:
+            # all instances start together: every rank of the launch meets here, before
+            # the clock starts; an instance that never comes delays the others by at most
+            # the collective timeout and stops none of them
+            self.start_barrier = self.campaign.start_barrier()
+            if self.start_barrier and self.ranks.rank == 0:
+                print(f"hpckit train: warning: {self.start_barrier}", file=sys.stderr, flush=True)
         self.log.end(C.INIT_STOP)
         self.log.start(C.RUN_START)
 
@@ -621,6 +661,12 @@ class MLPerfRun:
             raise KitError(f"the {self.ranks.size} model replicas differ after training (weight fingerprint "
                            f"mean {mean:.9g}, spread {spread:.3g}): gradients were not averaged across ranks")
 
+    def _campaign_fields(self) -> dict:
+        if self.campaign is None:
+            return {}
+        return {"instance": self.campaign.instance, "instances": self.campaign.instances,
+                "campaign_ranks": self.campaign.world.size}
+
     # -- results ------------------------------------------------------------------------
     def verdict(self) -> str:
         """The one line `hpckit train` prints at the end."""
@@ -668,6 +714,9 @@ class MLPerfRun:
             "mlperf_log": "mlperf.log",
             "finished_at": time.strftime("%Y-%m-%dT%H:%M:%S%z"),
         }
+        summary.update(self._campaign_fields())
+        if self.start_barrier:
+            summary["start_barrier"] = self.start_barrier
         if self.stop_reason:
             summary["stop_reason"] = self.stop_reason
         if error:

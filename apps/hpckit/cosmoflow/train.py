@@ -269,7 +269,7 @@ def choose_framework(requested: str, device: str = "auto") -> str:
 def train(args) -> int:
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
-    claim_output_dir(args.output_dir)
+    claim_output_dir(args.output_dir, getattr(args, "instances", 1))
     args.framework = choose_framework(args.framework, args.device)
     if args.framework == "tensorflow":
         # before TensorFlow (or tf.distribute) is first imported: its C++ log lines go to a file

@@ -186,7 +186,7 @@ def train(args) -> int:
         raise KitError(f"--framework {args.framework}: DeepCAM is implemented in PyTorch, as the reference")
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
-    claim_output_dir(args.output_dir)
+    claim_output_dir(args.output_dir, getattr(args, "instances", 1))
     launched = launch(args, "pytorch", cfg)
     ranks, comm = launched.ranks, launched.comm
     if launched.seed <= 0:

@@ -134,7 +134,7 @@ def _org_dir(org_dir) -> Path:
 
 
 def run_package_checker(org_dir, ruleset: str = "hpc-3.0.0", *, seed_checker_bypass=False,
-                        rcp_bypass=False) -> CheckResult:
+                        rcp_bypass=False, configs: dict | None = None) -> CheckResult:
     """Run the official package checker on `org_dir` (the <org> folder of a package)."""
     org_dir = _org_dir(org_dir)
     version = _version(ruleset)
@@ -144,7 +144,7 @@ def run_package_checker(org_dir, ruleset: str = "hpc-3.0.0", *, seed_checker_byp
                            overlong, [])
     with tempfile.TemporaryDirectory(prefix="hpckit-pkgcheck-") as tmp:
         tmp = Path(tmp)
-        lib, changes = mini_library(tmp) if ruleset == MINI else (None, [])
+        lib, changes = mini_library(tmp, configs) if ruleset == MINI else (None, [])
         log = tmp / "package_checker.log"
         command = [sys.executable, "-m", "mlperf_logging.package_checker", str(org_dir), "hpc",
                    version, "--log_output", str(log)]
@@ -169,7 +169,7 @@ def run_package_checker(org_dir, ruleset: str = "hpc-3.0.0", *, seed_checker_byp
     return CheckResult(ok, verdict, output, command)
 
 
-def run_result_summarizer(org_dir, ruleset: str = "hpc-3.0.0") -> CheckResult:
+def run_result_summarizer(org_dir, ruleset: str = "hpc-3.0.0", configs: dict | None = None) -> CheckResult:
     """Run the official result summarizer; `summary` holds its summary.json records."""
     org_dir = _org_dir(org_dir)
     version = _version(ruleset)
@@ -178,13 +178,25 @@ def run_result_summarizer(org_dir, ruleset: str = "hpc-3.0.0") -> CheckResult:
         return CheckResult(False, f"SUMMARY NOT OK: {org_dir} ({ruleset}): {overlong}", overlong, [])
     with tempfile.TemporaryDirectory(prefix="hpckit-summarize-") as tmp:
         tmp = Path(tmp)
-        lib, _ = mini_library(tmp) if ruleset == MINI else (None, [])
+        lib, _ = mini_library(tmp, configs) if ruleset == MINI else (None, [])
         work = tmp / "work"  # the summarizer writes summary.json into its working directory
         work.mkdir()
         command = [sys.executable, "-m", "mlperf_logging.result_summarizer", str(org_dir), "hpc", version]
         proc = _run(command, work, lib)
         out = work / "summary.json"
         summary = json.loads(out.read_text()) if out.exists() else None
+        if any((org_dir / "results").glob("*/weak/*")):
+            # the summarizer writes every table to the same summary.json without --csv, the
+            # (empty) power table of weak scaling last; with --csv weak.csv the weak table is
+            # the last one written to weak.json (result_summarizer.py _print_and_write)
+            weak = tmp / "weak"
+            weak.mkdir()
+            wproc = _run([*command, "--csv", "weak.csv"], weak, lib)
+            proc = subprocess.CompletedProcess(proc.args, proc.returncode or wproc.returncode,
+                                               proc.stdout + wproc.stdout, proc.stderr + wproc.stderr)
+            wout = weak / "weak.json"
+            if wout.exists():
+                summary = [*(summary or []), *json.loads(wout.read_text())]
     output = proc.stdout + proc.stderr
     problems = [ln for ln in output.splitlines()
                 if ln.startswith(("CRITICAL", "** CRITICAL", "ERROR", "NOTICE", "WARNING"))
@@ -197,6 +209,11 @@ def run_result_summarizer(org_dir, ruleset: str = "hpc-3.0.0") -> CheckResult:
         for key, value in row.items():
             if key.endswith(":time_to_train") and value is not None:
                 scores.append(f"{row.get('system')} {key.split(':')[0]} {value:.2f} min")
+            if key.endswith(":time_to_train_all") and value is not None:   # a weak (throughput) set
+                bench = key.split(':')[0]
+                models, scale = row.get(bench + ':number_of_models'), row.get(bench + ':instance_scale')
+                scores.append(f"{row.get('system')} {bench} weak: {models:g} models, instance scale {scale:g}, "
+                              f"time_to_train_all {value:.2f} min")
     if not scores and not problems:
         problems = ["no time_to_train score in the summary (too few compliant runs?)"]
     ok = proc.returncode == 0 and bool(summary) and not problems

@@ -82,6 +82,9 @@ def add_arguments(p) -> None:
     p.add_argument("--seed-checker-bypass", action="store_true",
                    help="with --check: pass --seed-checker-bypass (logs that log no seed, e.g. v1.0)")
     p.add_argument("--rcp-bypass", action="store_true", help="with --check: pass --rcp-bypass")
+    p.add_argument("--config", default=None,
+                   help="with --check mini: the training config (mini | FILE) whose target and sizes the mini "
+                        "ruleset takes (default: each benchmark's mini), as hpckit check --config")
 
 
 # ---- site profile and system description ---------------------------------------------
@@ -334,6 +337,8 @@ def main(args) -> int:
         from hpckit.results.checkers import CHECK_RULESETS
         if args.check not in CHECK_RULESETS:
             raise KitError(f"--check {args.check!r}: expected one of {', '.join(CHECK_RULESETS)}")
+    if getattr(args, "config", None) is not None and args.check != "mini":
+        raise KitError(f"--config {args.config}: applies to --check mini only")
     if args.system_json is not None:
         desc = load_system_json(Path(args.system_json))
         source = f"--system-json {args.system_json}"
@@ -409,6 +414,12 @@ def main(args) -> int:
                 warnings.append(f"{bench}: {len(seedless)} run(s) log no seed (e.g. {seedless[0]}); the "
                                 "package checker's seed check fails on them (--seed-checker-bypass)")
 
+    configs = None
+    if getattr(args, "config", None) is not None:   # before anything is written
+        from hpckit.common.compliance import MINI_RULES
+        from hpckit.common.config import load_config
+        configs = {bench: load_config(bench, args.config) for _, bench in groups if bench in MINI_RULES}
+
     org_dir = ensure_writable_dir(Path(args.out) / args.org, "--out")
     system_json = org_dir / "systems" / f"{system}.json"
     if system_json.exists():
@@ -451,8 +462,8 @@ def main(args) -> int:
         return 0
     from hpckit.results.checkers import run_package_checker, run_result_summarizer
     pc = run_package_checker(org_dir, args.check, seed_checker_bypass=args.seed_checker_bypass,
-                             rcp_bypass=args.rcp_bypass)
-    rs = run_result_summarizer(org_dir, args.check)
+                             rcp_bypass=args.rcp_bypass, configs=configs)
+    rs = run_result_summarizer(org_dir, args.check, configs)
     atomic_write_text(Path(args.out) / f"{args.org}.package_checker.txt", pc.output)
     print(pc.verdict)
     print(rs.verdict)

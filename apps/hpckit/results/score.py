@@ -8,7 +8,9 @@ Which sets, and strong or weak scaling: by the submission layout, as the summari
 `results/<system>/<benchmark>/` is strong scaling. A set is the `result_*.txt` directly in
 that folder (the summarizer's glob): folders beside them (`pruned_results/`, `power/`) are
 not runs of the set. A bare folder of logs outside that layout needs `--scaling`, except
-the kit's own runs (logs with `hpckit_config`), which are strong scaling; without either
+the kit's own runs (logs with `hpckit_config`), which are strong scaling, or weak scaling
+where they are the instances of one campaign (`hpckit train --instances M`: hpckit_config
+logs `instances`; one set per campaign folder); without either
 the kit says that it cannot tell. `--scaling` never overrides the layout. Logs are never asked (`instance` metadata is in strong
 scaling logs of v2.0 and later too).
 
@@ -224,22 +226,36 @@ def _bare_sets(files: list[Path], scaling: str | None) -> list[dict]:
     for p, r in runs.items():
         if r.problem and r.problem.startswith("no :::MLLOG") and len(files) == 1:
             raise KitError(f"log {p}: {r.problem}")
-    kind, source = scaling, "--scaling"
-    if kind is None:
-        kit = all(_is_kit_log(p) for p in files)
-        if not kit:
-            where = os.path.commonpath([str(p.parent) for p in files])
-            raise KitError(f"{where}: cannot tell strong from weak scaling: put the logs in the submission "
-                           "layout (<system>/strong/<benchmark>/ or <system>/weak/<benchmark>/) or pass "
-                           "--scaling strong|weak")
-        kind, source = "strong", "the kit's own runs"
+    if scaling is None and not all(_is_kit_log(p) for p in files):
+        where = os.path.commonpath([str(p.parent) for p in files])
+        raise KitError(f"{where}: cannot tell strong from weak scaling: put the logs in the submission "
+                       "layout (<system>/strong/<benchmark>/ or <system>/weak/<benchmark>/) or pass "
+                       "--scaling strong|weak")
     groups: dict[tuple, list[Path]] = {}
     for p in files:
         r = runs[p]
-        groups.setdefault((r.benchmark, r.platform), []).append(p)
-    common = os.path.commonpath([str(p.parent) for p in files])
-    return [{"source": common, "scaling": kind, "scaling_from": source, "system": None,
-             "layout_benchmark": None, "org_dir": None, "logs": g, "parsed": runs} for g in groups.values()]
+        if scaling is not None:
+            key = (scaling, "--scaling", r.benchmark, r.platform, None)
+        elif _kit_campaign(p):   # one campaign's instances: OUT/instance_<i>/mlperf.log
+            key = ("weak", "the kit's own campaign", r.benchmark, r.platform, p.parent.parent)
+        else:
+            key = ("strong", "the kit's own runs", r.benchmark, r.platform, None)
+        groups.setdefault(key, []).append(p)
+    return [{"source": os.path.commonpath([str(p.parent) for p in g]) if len(g) > 1 else str(g[0].parent),
+             "scaling": kind, "scaling_from": source, "system": None, "layout_benchmark": None, "org_dir": None,
+             "logs": g, "parsed": runs} for (kind, source, *_), g in groups.items()]
+
+
+def _kit_campaign(p: Path) -> bool:
+    """A kit log written by an instance of a throughput campaign (`hpckit train --instances
+    M`, M > 1: its hpckit_config says `instances`)."""
+    try:
+        with open(p, "rb") as f:
+            head = f.read(1 << 16)
+    except OSError:
+        return False
+    m = re.search(rb'"key": "hpckit_config".*?"instances": (\d+)', head)
+    return bool(m) and int(m.group(1)) > 1
 
 
 def _is_kit_log(p: Path) -> bool:
