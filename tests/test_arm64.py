@@ -90,6 +90,15 @@ def has_torch() -> bool:
     return (ROOT / "opt" / "site" / "torch").is_dir()
 
 
+def assert_torch_recorded(out_in_root: str) -> None:
+    """The run records the torch it ran with, and that is the one build_rootfs.sh installed
+    (the kit's pin, or PyPI's aarch64 CPU build where PyTorch's index is unreachable: a
+    deviation the results carry)."""
+    installed = (ROOT / "opt" / "site" / ".torch").read_text().split()[0]   # torch==X[+cpu]
+    summary = json.loads((ROOT / out_in_root.lstrip("/") / "summary.json").read_text())
+    assert summary["software"]["torch"] == installed.split("==")[1], (summary["software"], installed)
+
+
 PROBE = """
 import ctypes, json, os, platform
 from hpckit.common import cores, memory
@@ -144,8 +153,8 @@ def _bounded_run_checked(out_in_root: str, n_train: int):
 @pytest.mark.parametrize("framework", ["tensorflow", "pytorch"])
 def test_cosmoflow_bounded_run(rootfs, framework):
     if framework == "pytorch" and not has_torch():
-        pytest.skip("no aarch64 CPU torch in the root file system: PyPI's aarch64 torch is a CUDA build and "
-                    "download.pytorch.org/whl/cpu was not reachable (tests/arm64/build_rootfs.sh)")
+        pytest.skip("no aarch64 CPU torch in the root file system (ARM64_TORCH_FALLBACK=none, or neither "
+                    "download.pytorch.org/whl/cpu nor PyPI reachable: tests/arm64/build_rootfs.sh)")
     desc = hpckit("describe", "cosmoflow", "--config", "mini", "--framework", framework)
     assert desc.returncode == 0 and desc.stdout.splitlines()[0] == f"CosmoFlow, config mini, {framework}", \
         desc.stdout + desc.stderr[-2000:]
@@ -160,12 +169,14 @@ def test_cosmoflow_bounded_run(rootfs, framework):
     assert run.returncode == 3 and "Traceback" not in run.stderr, run.stderr[-3000:]
     config = _bounded_run_checked(out, 16)
     assert config["framework"] == framework
+    if framework == "pytorch":
+        assert_torch_recorded(out)
 
 
 def test_deepcam_bounded_run(rootfs):
     if not has_torch():
-        pytest.skip("no aarch64 CPU torch in the root file system: PyPI's aarch64 torch is a CUDA build and "
-                    "download.pytorch.org/whl/cpu was not reachable (tests/arm64/build_rootfs.sh)")
+        pytest.skip("no aarch64 CPU torch in the root file system (ARM64_TORCH_FALLBACK=none, or neither "
+                    "download.pytorch.org/whl/cpu nor PyPI reachable: tests/arm64/build_rootfs.sh)")
     data = "/tmp/hpckit-test/deepcam"
     gen = hpckit("datagen", "deepcam", "--config", "mini", "--out", data, "--train", "8", "--valid", "4", "--seed", "7")
     assert gen.returncode == 0, gen.stderr[-2000:]
@@ -174,3 +185,4 @@ def test_deepcam_bounded_run(rootfs):
                  "--set", "train.max_steps=2", "--set", "data.n_train=8", "--set", "data.n_valid=4")
     assert run.returncode == 3 and "Traceback" not in run.stderr, run.stderr[-3000:]
     _bounded_run_checked(out, 8)
+    assert_torch_recorded(out)

@@ -155,6 +155,14 @@ def test_multinode_scaling_bad_argument_is_one_line(args, named):
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and named in proc.stderr, proc.stderr
 
 
+@pytest.mark.parametrize("args,named", [(["--instances", "1,x"], "--instances '1,x'"),
+                                        (["--instances", "0"], "--instances '0'"), (["--epochs", "0"], "--epochs 0")])
+def test_campaign_throughput_bad_argument_is_one_line(args, named):
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "campaign_throughput.py"), *args],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and named in proc.stderr, proc.stderr
+
+
 def test_conv_efficiency_bad_argument_is_one_line():
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "conv_efficiency.py"), "--precisions", "fp8"],
                           capture_output=True, text=True, timeout=120, cwd=REPO)

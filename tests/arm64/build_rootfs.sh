@@ -13,10 +13,13 @@
 #     the 2-core development VM; ARM64_SECOND_STAGE=1 runs it anyway);
 #  3. the aarch64 wheels of requirements/cpu.txt's pins (tensorflow, keras, numpy, h5py,
 #     PyYAML, mlperf-logging, crc32c) downloaded once into DIR/wheels and installed with
-#     pip's --platform/--target into DIR/rootfs/opt/site; torch from PyTorch's CPU index
-#     (PyPI's aarch64 torch is a CUDA build that does not import without the CUDA
-#     libraries): where that index cannot be reached, no torch, and the PyTorch parts of
-#     the test say so.
+#     pip's --platform/--target into DIR/rootfs/opt/site; torch from PyTorch's CPU index at
+#     the kit's pin (PyPI's aarch64 torch 2.13.0 is a CUDA build that does not import
+#     without the CUDA libraries); where that index cannot be reached, PyPI's aarch64 torch
+#     ARM64_TORCH_FALLBACK (default 2.9.1: a CPU build, its wheel bundles the Arm Compute
+#     Library and OpenBLAS and asks for CUDA packages only on x86_64), a deviation written
+#     to DIR/rootfs/opt/site/.torch and recorded by every run's provenance (its torch
+#     version); ARM64_TORCH_FALLBACK=none: no torch, and the PyTorch parts of the test skip.
 # Everything it writes is under DIR; a second run reuses what is there.
 set -eu
 DIR=${1:-build/arm64}
@@ -80,6 +83,22 @@ if [ ! -d "$ROOT/opt/site/torch" ]; then
         "$PY" -m pip install --disable-pip-version-check --quiet --no-index --find-links "$DIR/wheels" --no-deps \
             --only-binary=:all: $TAGS --python-version 3.11 --target "$ROOT/opt/site" "torch==$TORCH+cpu" \
             -c requirements/constraints-cpu.txt sympy mpmath networkx jinja2 MarkupSafe filelock fsspec typing-extensions
+        echo "torch==$TORCH+cpu from download.pytorch.org/whl/cpu (the kit's pin)" > "$ROOT/opt/site/.torch"
+    elif FALLBACK=${ARM64_TORCH_FALLBACK:-2.9.1} && [ "$FALLBACK" != none ] && \
+            "$PY" -m pip download --disable-pip-version-check --no-deps --only-binary=:all: $TAGS --python-version 3.11 \
+            -d "$DIR/wheels" "torch==$FALLBACK" 2>>"$DIR/torch.err"; then
+        # shellcheck disable=SC2086
+        "$PY" -m pip download --disable-pip-version-check --only-binary=:all: $TAGS --python-version 3.11 \
+            -c requirements/constraints-cpu.txt -d "$DIR/wheels" sympy networkx jinja2 filelock fsspec typing-extensions
+        # shellcheck disable=SC2086
+        "$PY" -m pip install --disable-pip-version-check --quiet --no-index --find-links "$DIR/wheels" --no-deps \
+            --only-binary=:all: $TAGS --python-version 3.11 --target "$ROOT/opt/site" "torch==$FALLBACK"
+        # shellcheck disable=SC2086
+        "$PY" -m pip install --disable-pip-version-check --quiet --no-index --find-links "$DIR/wheels" --no-deps \
+            --only-binary=:all: $TAGS --python-version 3.11 --target "$ROOT/opt/site" --upgrade \
+            -c requirements/constraints-cpu.txt sympy mpmath networkx jinja2 MarkupSafe filelock fsspec typing-extensions
+        echo "torch==$FALLBACK from PyPI, not the kit's pin $TORCH (download.pytorch.org/whl/cpu unreachable: $(tail -n 1 "$DIR/torch.err" | cut -c1-200))" > "$ROOT/opt/site/.torch"
+        echo "build_rootfs.sh: deviation: $(cat "$ROOT/opt/site/.torch")" >&2
     else
         echo "build_rootfs.sh: no aarch64 CPU torch ($(tail -n 1 "$DIR/torch.err")): the PyTorch parts will skip" >&2
     fi

@@ -446,6 +446,7 @@ class HorovodComm(Comm):
         import horovod.torch as hvd
         self.torch, self.hvd, self.device = torch, hvd, device
         super().__init__(ranks)
+        self.grad_sync = GradSync(timed=getattr(device, "type", "cpu") != "cuda")   # average_gradients, synchronous
         hvd.init()
         if (hvd.rank(), hvd.size()) != (ranks.rank, ranks.size):
             raise KitError(f"Horovod sees rank {hvd.rank()} of {hvd.size()}, the launcher {ranks.rank} of "
@@ -474,8 +475,6 @@ class HorovodComm(Comm):
         params = [p for p in params if p.grad is not None]
         grads = [p.grad for p in params]
         if grads:
-            if self.grad_sync is None:
-                self.grad_sync = GradSync(timed=self.device.type != "cuda")
             self.grad_sync.started(sum(g.numel() * g.element_size() for g in grads))
             try:
                 self.hvd.grouped_allreduce_(grads, op=self.hvd.Average, name="hpckit.grads")

@@ -560,7 +560,7 @@ class MLPerfRun:
             if not self.style.metric_in_eval:
                 self._log_metric(epoch, metric, extra)
             self.epochs_done, self.last_metric = epoch, float(metric)
-            sync = {k: (v - sync_start[k]) if v is not None else None for k, v in self._grad_sync().items()}
+            sync = {k: (v - (sync_start[k] or 0)) if v is not None else None for k, v in self._grad_sync().items()}
             self._count_epoch(epoch, usage.io_delta(io_start, io_trained), usage.io_delta(io_trained, io_evaluated),
                               seconds, sync, self.steps_done - steps_start)
             if self.quality.reached(metric):
