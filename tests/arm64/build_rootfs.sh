@@ -97,7 +97,7 @@ if [ ! -d "$ROOT/opt/site/torch" ]; then
         "$PY" -m pip install --disable-pip-version-check --quiet --no-index --find-links "$DIR/wheels" --no-deps \
             --only-binary=:all: $TAGS --python-version 3.11 --target "$ROOT/opt/site" --upgrade \
             -c requirements/constraints-cpu.txt sympy mpmath networkx jinja2 MarkupSafe filelock fsspec typing-extensions
-        echo "torch==$FALLBACK from PyPI, not the kit's pin $TORCH (download.pytorch.org/whl/cpu unreachable: $(tail -n 1 "$DIR/torch.err" | cut -c1-200))" > "$ROOT/opt/site/.torch"
+        echo "torch==$FALLBACK from PyPI, not the kit's pin $TORCH (download.pytorch.org/whl/cpu unreachable: $(grep -v WARNING "$DIR/torch.err" | head -n 1 | cut -c1-200))" > "$ROOT/opt/site/.torch"
         echo "build_rootfs.sh: deviation: $(cat "$ROOT/opt/site/.torch")" >&2
     else
         echo "build_rootfs.sh: no aarch64 CPU torch ($(tail -n 1 "$DIR/torch.err")): the PyTorch parts will skip" >&2
