@@ -119,6 +119,11 @@ def test_campaign_scores_and_packages_as_a_weak_set(tmp_path):
     print(f"time_to_train_all {expected:.4f} min, slowest instance {slowest:.4f} min")
     assert expected >= slowest
     assert [r["counts"] for r in s["runs"]] == [True] * SABOTAGED + [False]
+    # the report takes the campaign as the same weak set (one bar: time_to_train_all)
+    report = run_hpckit("report", out, "--out", tmp_path / "report")
+    assert report.returncode == 0, report.stdout + report.stderr
+    (shown,) = json.loads((tmp_path / "report" / "scores.json").read_text())["site"]["sets"]
+    assert shown["scaling"] == "weak" and shown["score"]["time_to_train_all_min"] == pytest.approx(expected)
 
     # the package of the five converged instances: <system>/weak/deepcam/, official tools pass it
     runs = [out / f"instance_{i}" for i in range(SABOTAGED)]

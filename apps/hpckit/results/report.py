@@ -174,8 +174,8 @@ def run_facts(path: Path, origin: str) -> RunFacts:
 
 def gather(args_paths: list[str], origin: str, seen: set) -> tuple[list[dict], dict]:
     """Score the logs as sets (hpckit.results.score: the same discovery and scores as
-    `hpckit score`; published logs outside the submission layout are taken as strong
-    scaling) and read each run's facts. A log reached twice (the same bytes in another
+    `hpckit score`; a kit campaign's instances are a weak set, other logs outside the
+    submission layout are taken as strong scaling) and read each run's facts. A log reached twice (the same bytes in another
     folder, or given as a site run and as a published one) is reported once."""
     from hpckit.results.score import score_sets
 
@@ -185,7 +185,7 @@ def gather(args_paths: list[str], origin: str, seen: set) -> tuple[list[dict], d
     for arg in map(Path, args_paths):
         if not arg.exists():
             raise KitError(f"{what} {arg}: no such file or directory")
-    sets, _ = score_sets(args_paths, scaling="strong")
+    sets, _ = score_sets(args_paths, fallback="strong")   # a kit campaign stays a weak set
     facts = {}
     for s in sets:
         kept = []

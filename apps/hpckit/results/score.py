@@ -165,8 +165,11 @@ def _org_of(bench_dir: Path) -> Path | None:
     return system.parent.parent if system.parent.name == "results" else None
 
 
-def find_sets(paths: list[str | Path], scaling: str | None = None) -> tuple[list[dict], list[str]]:
-    """The result sets under the paths, and notes on what was left out."""
+def find_sets(paths: list[str | Path], scaling: str | None = None,
+              fallback: str | None = None) -> tuple[list[dict], list[str]]:
+    """The result sets under the paths, and notes on what was left out. `scaling` (the
+    user's --scaling) decides for every log outside the layout; `fallback` only for those
+    nothing else tells (not the kit's own runs or campaigns)."""
     sets: list[dict] = []
     notes: list[str] = []
     loose: list[Path] = []
@@ -217,16 +220,16 @@ def find_sets(paths: list[str | Path], scaling: str | None = None) -> tuple[list
             unique_loose.append(p)
     sets = unique_sets
     if unique_loose:
-        sets += _bare_sets(unique_loose, scaling)
+        sets += _bare_sets(unique_loose, scaling, fallback)
     return sets, notes
 
 
-def _bare_sets(files: list[Path], scaling: str | None) -> list[dict]:
+def _bare_sets(files: list[Path], scaling: str | None, fallback: str | None = None) -> list[dict]:
     runs = {p: parse_log(p, strict=False) for p in files}
     for p, r in runs.items():
         if r.problem and r.problem.startswith("no :::MLLOG") and len(files) == 1:
             raise KitError(f"log {p}: {r.problem}")
-    if scaling is None and not all(_is_kit_log(p) for p in files):
+    if scaling is None and fallback is None and not all(_is_kit_log(p) for p in files):
         where = os.path.commonpath([str(p.parent) for p in files])
         raise KitError(f"{where}: cannot tell strong from weak scaling: put the logs in the submission "
                        "layout (<system>/strong/<benchmark>/ or <system>/weak/<benchmark>/) or pass "
@@ -238,8 +241,10 @@ def _bare_sets(files: list[Path], scaling: str | None) -> list[dict]:
             key = (scaling, "--scaling", r.benchmark, r.platform, None)
         elif _kit_campaign(p):   # one campaign's instances: OUT/instance_<i>/mlperf.log
             key = ("weak", "the kit's own campaign", r.benchmark, r.platform, p.parent.parent)
-        else:
+        elif _is_kit_log(p) or fallback is None:
             key = ("strong", "the kit's own runs", r.benchmark, r.platform, None)
+        else:
+            key = (fallback, "outside the layout, taken as " + fallback, r.benchmark, r.platform, None)
         groups.setdefault(key, []).append(p)
     return [{"source": os.path.commonpath([str(p.parent) for p in g]) if len(g) > 1 else str(g[0].parent),
              "scaling": kind, "scaling_from": source, "system": None, "layout_benchmark": None, "org_dir": None,
@@ -340,7 +345,8 @@ def scaling_factor(s: dict, runs: list[RunLog], ruleset: str | None) -> tuple[fl
     return factor, f"{ruleset} RCP ({said})"
 
 
-def score_sets(paths: list[str | Path], scaling: str | None = None, ruleset: str | None = None) -> tuple[list[dict], list[str]]:
+def score_sets(paths: list[str | Path], scaling: str | None = None, ruleset: str | None = None,
+               fallback: str | None = None) -> tuple[list[dict], list[str]]:
     if scaling not in (None, "strong", "weak"):
         raise KitError(f"--scaling {scaling}: choose strong or weak")
     verdict = None
@@ -349,7 +355,7 @@ def score_sets(paths: list[str | Path], scaling: str | None = None, ruleset: str
         if ruleset not in OFFICIAL_RULESETS:
             raise KitError(f"--ruleset {ruleset}: choose one of {', '.join(OFFICIAL_RULESETS)}")
         verdict = lambda p: official_verdict(p, ruleset)   # noqa: E731
-    sets, notes = find_sets(paths, scaling)
+    sets, notes = find_sets(paths, scaling, fallback)
     for s in sets:
         parsed = s.pop("parsed", {})
         runs = [parsed.get(p) or parse_log(p, strict=False) for p in s["logs"]]
