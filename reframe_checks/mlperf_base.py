@@ -263,6 +263,9 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
             '--stage-dir', self.stage_dir or 'staged', '--seed', str(self.seed)]
         if self.local_batch_size:
             self.executable_opts += ['--set', f'data.batch_size={self.local_batch_size}']
+        threads = self.current_partition.extras.get('threads')
+        if threads:   # intra-op threads per rank, where the kit's core plan cannot see the sharing
+            self.executable_opts += ['--threads', str(threads)]
         for o in self.overrides:
             self.executable_opts += ['--set', o]
         check = f'hpckit check out/mlperf.log --ruleset {self.ruleset}'

@@ -418,4 +418,5 @@ def test_reframe_across_three_nodes(cluster, tmp_path):
     assert len(summaries) == 3
     for s in summaries:
         assert (s["ranks"], s["nodes"], s["launcher"], s["converged"]) == (3, 3, "slurm", True), s
+        assert s["cores"]["threads"] == 1 and s["cores"]["binding"] == "--threads", s["cores"]   # 3 ranks, 2 cores
     assert sorted(s["dist"] for s in summaries) == ["tf", "torch", "torch"]
