@@ -280,12 +280,10 @@ class GradSync:
     """The gradient all-reduces of this rank, counted where they are issued: bytes, and the
     time at least one is in flight (the union of launch-to-completion intervals: DDP's
     buckets overlap the backward pass, so this bounds from above the time the step waits
-    for the network; a synchronous all-reduce, Horovod's, is all waiting). `timed` is False
-    where completion is not observable on the host (CUDA streams): bytes only."""
+    for the network; a synchronous all-reduce, Horovod's, is all waiting)."""
 
-    def __init__(self, timed: bool = True):
+    def __init__(self):
         import threading
-        self.timed = timed
         self.bytes = 0
         self.busy_s = 0.0
         self._lock = threading.Lock()
@@ -307,7 +305,7 @@ class GradSync:
 
     def read(self) -> dict:
         with self._lock:
-            return {"bytes": self.bytes, "busy_s": self.busy_s if self.timed else None}
+            return {"bytes": self.bytes, "busy_s": self.busy_s}
 
 
 class Comm:
@@ -396,8 +394,11 @@ class TorchComm(Comm):
             with warnings.catch_warnings():
                 warnings.filterwarnings("ignore", message="`broadcast_buffers` is deprecated", category=FutureWarning)
                 ddp = DistributedDataParallel(model, device_ids=ids, broadcast_buffers=False)
-        self.grad_sync = GradSync(timed=self.device.type != "cuda")
-        ddp.register_comm_hook(self.grad_sync, _counted_allreduce)
+        if self.device.type == "cpu":
+            # counted on the CPU only: a CUDA all-reduce completes on a stream, not where a
+            # host callback could time it, and DDP's built-in C++ hook stays on the GPU path
+            self.grad_sync = GradSync()
+            ddp.register_comm_hook(self.grad_sync, _counted_allreduce)
         return ddp
 
     def average_tensors(self, tensors) -> None:
@@ -446,7 +447,7 @@ class HorovodComm(Comm):
         import horovod.torch as hvd
         self.torch, self.hvd, self.device = torch, hvd, device
         super().__init__(ranks)
-        self.grad_sync = GradSync(timed=getattr(device, "type", "cpu") != "cuda")   # average_gradients, synchronous
+        self.grad_sync = GradSync()   # average_gradients: synchronous, so timed on any device
         hvd.init()
         if (hvd.rank(), hvd.size()) != (ranks.rank, ranks.size):
             raise KitError(f"Horovod sees rank {hvd.rank()} of {hvd.size()}, the launcher {ranks.rank} of "

@@ -591,10 +591,10 @@ class MLPerfRun:
         and each rank's peak memory so far (rank r's slots of the vector)."""
         n = self.ranks.size
         peak = self.peaks.sample()
+        counted = sync["bytes"] is not None   # the same communicator on every rank
         vec = [float((train_io or {}).get("rchar", 0)), float((eval_io or {}).get("rchar", 0)),
-               float(sync["bytes"] or 0), float(sync["busy_s"] or 0), float(sync["busy_s"] is not None),
-               float(train_s)] + [0.0] * (3 * n)
-        head = 6
+               float(sync["bytes"] or 0), float(sync["busy_s"] or 0), float(train_s)] + [0.0] * (3 * n)
+        head = 5
         for i, key in enumerate(("main_bytes", "workers_bytes", "gpu_bytes")):
             vec[head + i * n + self.ranks.rank] = float(peak[key] or 0)
         total = self.comm.allreduce_sum(vec)
@@ -602,20 +602,19 @@ class MLPerfRun:
         self.used["train_read_bytes"] += train_b
         self.used["eval_read_bytes"] += eval_b
         self.used["io_epochs"] += 1
-        if sync["bytes"] is not None:
-            self.used["sync_bytes"] += total[2] / n          # per rank
+        if counted:   # means over the ranks
+            self.used["sync_bytes"] += total[2] / n
             self.used["sync_batches"] += batches
-            if total[4] == n:                                # every rank could time it
-                self.used["sync_busy_s"] += total[3] / n
-                self.used["sync_train_s"] += total[5] / n
+            self.used["sync_busy_s"] += total[3] / n
+            self.used["sync_train_s"] += total[4] / n
         for i, key in enumerate(("peak_rss_bytes_per_rank", "peak_worker_rss_bytes_per_rank",
                                  "peak_gpu_bytes_per_rank")):
             values = [int(v) for v in total[head + i * n: head + (i + 1) * n]]
             self.used[key] = values if any(values) else None
         self.log.event(HPC_USAGE_EPOCH, {"train_read_bytes": train_b, "eval_read_bytes": eval_b,
                                          "train_read_MBps": usage.mb_per_s(train_b, train_s),
-                                         "grad_allreduce_share": total[3] / total[5]
-                                         if sync["busy_s"] is not None and total[4] == n and total[5] > 0 else None},
+                                         "grad_allreduce_share": total[3] / total[4]
+                                         if counted and total[4] > 0 else None},
                        metadata={"epoch_num": epoch})
 
     def usage_record(self) -> dict:
@@ -639,7 +638,7 @@ class MLPerfRun:
                         "peaks: VmHWM of each rank's main process, its largest worker; gradient all-reduce: "
                         "bytes per rank and training batch, and the share of the training time with one in "
                         "flight (mean over ranks; DDP overlaps it with the backward pass: an upper bound of "
-                        "the wait; none on one rank, none timed on CUDA)",
+                        "the wait; none on one rank, with TensorFlow, or under DDP on CUDA)",
         }
 
     def _run_stop(self, status: str, reason: str | None = None) -> None:
