@@ -569,18 +569,31 @@ def roll_call(ranks: Ranks, timeout_s: float, what: str = "hpckit") -> Ranks:
     hosts = tuple(r["host"] for r in rows)
     addrs = tuple(r["addr"] for r in rows)
     local_ranks = tuple(int(r["local_rank"]) for r in rows)
-    node_order = list(dict.fromkeys(hosts))          # hosts in the order of their first rank
-    on_my_host = [r for r in range(ranks.size) if hosts[r] == hosts[ranks.rank]]
     out = replace(ranks, hosts=hosts, addrs=addrs, local_ranks=local_ranks)
     if ranks.launcher in ("openmpi", "pmi", "pmix", "none"):
-        out = replace(out, node=node_order.index(hosts[ranks.rank]), nodes=len(node_order),
-                      local_rank=on_my_host.index(ranks.rank), local_size=len(on_my_host),
-                      node_hosts=tuple(node_order))
-        out = replace(out, local_ranks=tuple(
-            [r2 for r2 in range(ranks.size) if hosts[r2] == hosts[r]].index(r) for r in range(ranks.size)))
+        out = _placed(out, ranks.rank)
     elif not ranks.node_hosts:
-        out = replace(out, node_hosts=tuple(node_order))
+        out = replace(out, node_hosts=_placement(hosts)[0])
     return out
+
+
+def _placement(hosts: tuple[str, ...]) -> tuple[tuple[str, ...], tuple[int, ...]]:
+    """From every rank's host: the nodes in the order of their first rank, and each rank's
+    local rank among the ranks on its host."""
+    count: dict[str, int] = {}
+    local = []
+    for h in hosts:
+        local.append(count.get(h, 0))
+        count[h] = local[-1] + 1
+    return tuple(count), tuple(local)
+
+
+def _placed(ranks: Ranks, rank: int) -> Ranks:
+    """ranks with rank `rank`'s node, local rank and size taken from its host table."""
+    hosts = ranks.hosts
+    node_hosts, local = _placement(hosts)
+    return replace(ranks, node=node_hosts.index(hosts[rank]), nodes=len(node_hosts), local_rank=local[rank],
+                   local_size=hosts.count(hosts[rank]), node_hosts=node_hosts, local_ranks=local)
 
 
 def peer_named_in(ranks: Ranks, text: str) -> str | None:
@@ -681,14 +694,10 @@ def instance_ranks(world: Ranks, instances: int) -> Ranks:
     first = instance * per
     hosts = world.hosts[first:first + per]
     addrs = world.addrs[first:first + per]
-    node_order = list(dict.fromkeys(hosts))
-    local_ranks = tuple([k for k in range(per) if hosts[k] == hosts[j]].index(j) for j in range(per))
     widest = max(world.hosts.count(h) for h in set(world.hosts))   # ranks on the fullest node
     port = world.master_port + CAMPAIGN_INSTANCE_PORT_OFFSET + instance * (TF_WORKER_PORT_OFFSET + widest)
-    return replace(world, rank=rank, size=per, local_rank=local_ranks[rank], local_size=hosts.count(hosts[rank]),
-                   node=node_order.index(hosts[rank]), nodes=len(node_order), master_addr=addrs[0],
-                   master_port=port, node_hosts=tuple(node_order), hosts=hosts, addrs=addrs,
-                   local_ranks=local_ranks)
+    return _placed(replace(world, rank=rank, size=per, master_addr=addrs[0], master_port=port, hosts=hosts,
+                           addrs=addrs), rank)
 
 
 def _send_blob(conn: socket.socket, blob: bytes) -> None:
