@@ -310,7 +310,9 @@ def test_each_node_trains_from_its_own_scratch(cluster, deepcam_data, tmp_path):
     # each node's own copy time (its local rank 0, before the barrier), by the node's name;
     # the three copies together read at least the dataset
     per_node = summary["usage"]["staging_copy_s_per_node"]
-    assert sorted(per_node) == sorted(NAMES) and all(0 < t <= summary["staging_s"] for t in per_node.values())
+    # (each node times its own copy from its own start: rank 0's staging_s began on rank 0's
+    # clock, so another node's copy may run a little past it; both lie inside the run)
+    assert sorted(per_node) == sorted(NAMES) and all(0 < t < summary["time_to_train_s"] for t in per_node.values())
     assert summary["usage"]["staging_read_bytes"] >= sum(p.stat().st_size for p in files)
     # training read the staged copies only: every shared file was opened (checked, evicted,
     # staged) before training, and none once the first epoch was done; DeepCAM's loader
