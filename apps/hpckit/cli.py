@@ -24,6 +24,10 @@ TOOL_COMMANDS = {
     "report": ("hpckit.results.report", "write the time-to-solution report (index.html + PNG plots)"),
     "containers": ("hpckit.containers.generate", "generate the Apptainer and Docker files of every target"),
     "references": ("hpckit.results.references", "calibrate a system's performance references from its perflogs"),
+    "analyze": ("hpckit.results.analysis", "take runs apart (init, staging, epochs, evaluation, throughput per "
+                                            "unit) and fit the epochs-to-converge record"),
+    "project": ("hpckit.results.project", "project the time to train at N units from measured runs and the "
+                                          "convergence record (or --validate it on published rounds)"),
 }
 RULESETS = ("hpc-1.0.0", "hpc-2.0.0", "hpc-3.0.0", "mini")
 

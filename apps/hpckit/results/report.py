@@ -34,10 +34,9 @@ unrounded value in a `data-value` attribute.
 
 from __future__ import annotations
 
-import hashlib
 import html
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
@@ -64,148 +63,7 @@ def add_arguments(p) -> None:
     p.add_argument("--title", default="MLPerf HPC time-to-solution report")
 
 
-# ---- reading runs ----------------------------------------------------------------------
-
-@dataclass
-class RunFacts:
-    name: str
-    origin: str                  # "site" or "published"
-    log: object                  # hpckit.results.logs.RunLog
-    set_label: str = ""
-    global_batch_size: int | None = None
-    train_samples: int | None = None
-    ranks: int | None = None
-    compute_units: int | None = None
-    staging_s: float | None = None        # staging inside the clock
-    staging_outside_s: float | None = None  # staging before run_start (not timed)
-    eval_s: float = 0.0
-    train_s: float = 0.0
-    total_s: float = 0.0
-    epoch_s: float | None = None          # mean epoch time without its evaluation
-    epoch_throughput: float | None = None  # train samples / epoch_s
-    staging_epoch_ratio: float | None = None
-    unit_hours: float | None = None
-    extra: dict = field(default_factory=dict)
-
-
-def _num(v):
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
-
-
-def _overlap(a0, a1, b0, b1) -> float:
-    return max(0.0, min(a1, b1) - max(a0, b0))
-
-
-def run_facts(path: Path, origin: str) -> RunFacts:
-    from hpckit.results.logs import _records, parse_log
-
-    log = parse_log(path)
-    recs = _records(path)
-    stop_i = next(i for i, r in enumerate(recs) if r["key"] == "run_stop")
-    upto = recs[:stop_i + 1]
-    t0, t1 = log.run_start_ms, log.run_stop_ms
-    f = RunFacts(name=str(path), origin=origin, log=log, total_s=(t1 - t0) / 1000.0)
-    first = {}
-    for r in recs:
-        first.setdefault(r["key"], r.get("value"))
-    f.global_batch_size = _num(first.get("global_batch_size"))
-    f.train_samples = _num(first.get("train_samples"))
-    cfg = first.get("hpckit_config")
-    if isinstance(cfg, dict):
-        f.ranks = _num(cfg.get("ranks"))
-
-    if log.staging_start_ms is not None and log.staging_stop_ms is not None:
-        s0, s1 = log.staging_start_ms, log.staging_stop_ms
-        f.staging_s = _overlap(s0, s1, t0, t1) / 1000.0
-        f.staging_outside_s = (s1 - s0) / 1000.0 - f.staging_s
-
-    # Evaluation intervals: each eval_start up to the next eval_stop (any event type).
-    evals, open_at = [], None
-    for r in upto:
-        t = _num(r.get("time_ms"))
-        if t is None:
-            continue
-        if r["key"] == "eval_start":
-            open_at = t
-        elif r["key"] == "eval_stop" and open_at is not None:
-            evals.append((open_at, t))
-            open_at = None
-    f.eval_s = sum(_overlap(a, b, t0, t1) for a, b in evals) / 1000.0
-    f.train_s = max(0.0, f.total_s - (f.staging_s or 0.0) - f.eval_s)
-
-    # Epoch intervals in file order: epoch_start to its epoch_stop (or to the next
-    # epoch_start, or run_stop), less the evaluations inside them.
-    intervals, open_at = [], None
-    for r in upto:
-        t = _num(r.get("time_ms"))
-        if t is None:
-            continue
-        if r["key"] == "epoch_start":
-            if open_at is not None:
-                intervals.append((open_at, t))
-            open_at = t
-        elif r["key"] == "epoch_stop" and open_at is not None:
-            intervals.append((open_at, t))
-            open_at = None
-    if open_at is not None:
-        intervals.append((open_at, t1))
-    epochs = [max(0.0, (b - a - sum(_overlap(c, d, a, b) for c, d in evals)) / 1000.0)
-              for a, b in intervals]
-    if epochs:
-        f.epoch_s = sum(epochs) / len(epochs)
-        if f.train_samples and f.epoch_s > 0:
-            f.epoch_throughput = f.train_samples / f.epoch_s
-        if f.staging_s is not None and f.epoch_s > 0:
-            staged = f.staging_s + (f.staging_outside_s or 0.0)
-            f.staging_epoch_ratio = staged / f.epoch_s
-
-    nodes = log.number_of_nodes
-    acc = log.accelerators_per_node
-    if nodes is not None and acc:
-        f.compute_units = nodes * acc
-    elif f.ranks:
-        f.compute_units = f.ranks
-    elif nodes is not None:
-        f.compute_units = nodes
-    if f.compute_units:
-        f.unit_hours = f.total_s / 3600.0 * f.compute_units
-    return f
-
-
-def gather(args_paths: list[str], origin: str, seen: set) -> tuple[list[dict], dict]:
-    """Score the logs as sets (hpckit.results.score: the same discovery and scores as
-    `hpckit score`; a kit campaign's instances are a weak set, other logs outside the
-    submission layout are taken as strong scaling) and read each run's facts. A log reached twice (the same bytes in another
-    folder, or given as a site run and as a published one) is reported once."""
-    from hpckit.results.score import score_sets
-
-    if not args_paths:
-        return [], {}
-    what = "run" if origin == "site" else "--published"
-    for arg in map(Path, args_paths):
-        if not arg.exists():
-            raise KitError(f"{what} {arg}: no such file or directory")
-    sets, _ = score_sets(args_paths, fallback="strong")   # a kit campaign stays a weak set
-    facts = {}
-    for s in sets:
-        kept = []
-        s["counted_paths"] = {r.path for (_, r), ok in zip(s["runs"], s["counts"]) if ok}
-        for name, r in s["runs"]:
-            digest = hashlib.sha256(Path(r.path).read_bytes()).hexdigest()
-            if digest in seen or r.problem:
-                continue
-            seen.add(digest)
-            kept.append((name, r))
-            f = run_facts(Path(r.path), origin)
-            f.set_label = _set_label(s, origin)
-            facts[r.path] = f
-        s["runs"] = kept
-    return [s for s in sets if s["runs"]], facts
-
-
-def _set_label(s: dict, origin: str) -> str:
-    nodes = s["nodes"] if s["nodes"] is not None else "?"
-    return f"{origin}: {s['org']} {s['platform']} {s['benchmark']} (nodes {nodes})"
+from hpckit.results.analysis import RunFacts, gather, run_facts, _set_label  # noqa: F401  (re-exported)
 
 
 # ---- sets: what the figures draw (one entry per system x benchmark x scaling) --------------

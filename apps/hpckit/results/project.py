@@ -1,0 +1,370 @@
+"""`hpckit project`: the time to train at a scale nobody ran, from the site's measured runs
+and the convergence record; and the projection's validation on the published rounds.
+
+    hpckit project --benchmark B --units N --local-batch b --from RUNS...
+                   [--epochs-from PATH ...] [--dataset official|runs] [--json FILE]
+    hpckit project --validate --published TREE... [--json FILE]
+
+The method is the MLPerf HPC paper's (section 4.1.2, Fig. 2 b-d): in the closed division the
+epochs to converge depend on the global batch size B = N x b alone, the time per epoch on
+the system, so
+
+    T(N, b) = T_first + E(B) x [ S_train / X(N, b) + k_eval x S_eval / (N x x_eval) ]
+
+* E(B): the convergence record's curve (hpckit/results/analysis.py EpochCurve; the shipped
+  record of the published rounds, or the converged runs given with --epochs-from), its
+  p10/p50/p90 giving the projection's;
+* X(N, b), the system record, from the --from runs (converged or step-capped, any unit
+  counts and local batches): one step of b samples per unit takes
+      t(N, b) = (t0 + t1 x b) x (1 + c x log2 N)
+  t0 a fixed cost per step, t1 the cost per sample, c the loss of efficiency per doubling
+  of the units (the all-reduce, stragglers); X = N x b / t. Fitted by least squares on the
+  runs' relative step times; a parameter the runs cannot determine (one local batch: t0 =
+  0; one unit count: c = 0) is fixed and the output says so;
+* evaluation: the runs' evaluations per epoch k_eval and per-unit eval throughput x_eval,
+  taken to scale with the units;
+* T_first (run_start to the first epoch: staging and set-up inside the clock): the
+  runs' median, not scaled;
+* S_train, S_eval: the runs' dataset (--dataset runs) or the official one (--dataset
+  official, the default: the record's latest dataset of the benchmark).
+
+Validation (--validate), on data nobody tuned to: every published closed set of CosmoFlow
+and DeepCAM is predicted from its own runs' first epochs and the convergence record of the
+OTHER submitters (every point of the submitter left out, whatever round: `LBNL` and
+`HPE+LBNL` are one). Per run: T = (run_start to the first epoch) + the first epoch's cycle
++ (E - 1) x the median cycle of epochs 2 to 4 (a cycle: one epoch_start to the next,
+evaluations included). A strong set's figure is the olympic mean of its runs' predictions,
+as its score; a weak set's the latest predicted stop of its M instances, each at the epochs
+of the slowest of M runs of one set (EpochCurve.slowest_of: the curve times the within-set
+spread's p(M / (M + 1)); the instances share their hyper-parameters). The error is predicted /
+measured - 1 on the same runs; `epochs known` is the error had E been the set's own median
+(what is left is the time model's), separating the two sources.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from hpckit.common.errors import KitError
+from hpckit.results.analysis import (KIT_BENCHMARKS, EpochCurve, RunFacts, fit_epochs, gather, load_record,
+                                     median, record_points, same_submitter)
+
+WARMUP_CYCLES = 1            # epochs left out of the measured epoch time (validation)
+MEASURED_CYCLES = 3          # epochs after the warm-up whose median cycle is the epoch time
+
+
+def add_arguments(p) -> None:
+    p.add_argument("--benchmark", choices=KIT_BENCHMARKS, help="the benchmark to project")
+    p.add_argument("--units", type=int, help="compute units (accelerators; CPU: ranks) to project to")
+    p.add_argument("--local-batch", type=int, help="samples per unit per step at the projected scale")
+    p.add_argument("--from", dest="from_runs", nargs="+", default=[], metavar="RUN",
+                   help="the site's measured runs (kit output directories or logs; step-capped runs count): "
+                        "the system record")
+    p.add_argument("--epochs-from", nargs="+", default=[], metavar="PATH",
+                   help="converged runs or result trees whose epochs make the convergence record "
+                        "(default: the record of the published rounds shipped with the kit)")
+    p.add_argument("--record", metavar="FILE", help="a convergence record written by `hpckit analyze --record`")
+    p.add_argument("--dataset", choices=("official", "runs"), default=None,
+                   help="the dataset projected: the official one (default without --epochs-from) or the "
+                        "--from runs' own (default with --epochs-from)")
+    p.add_argument("--validate", action="store_true",
+                   help="instead: predict every published set of --published from its first epochs and the "
+                        "other submitters' record, and print the errors")
+    p.add_argument("--published", nargs="+", action="extend", default=[], metavar="PATH",
+                   help="with --validate: the published result trees")
+    p.add_argument("--json", metavar="FILE", help="also write the projection (or the validation) as JSON")
+
+
+# ---- the system record -----------------------------------------------------------------
+
+@dataclass
+class SystemModel:
+    t0: float            # s per step, fixed
+    t1: float            # s per sample per unit
+    c: float             # efficiency loss per doubling of the units
+    fixed: list          # what the runs could not determine, said as such
+    points: list         # (units, local batch, measured samples/s, model samples/s, run)
+
+    def step_s(self, units: int, local_batch: float) -> float:
+        return (self.t0 + self.t1 * local_batch) * (1.0 + self.c * math.log2(max(units, 1)))
+
+    def throughput(self, units: int, local_batch: float) -> float:
+        return units * local_batch / self.step_s(units, local_batch)
+
+    def describe(self) -> str:
+        return (f"t(N, b) = ({self.t0:.4g} s + {self.t1:.4g} s x b) x (1 + {self.c:.3g} log2 N)"
+                + (f"; fixed: {', '.join(self.fixed)}" if self.fixed else ""))
+
+
+def fit_system(runs: list[RunFacts]) -> SystemModel:
+    pts = [(f.compute_units, f.local_batch, f.epoch_throughput, f) for f in runs
+           if f.compute_units and f.local_batch and f.epoch_throughput]
+    if not pts:
+        raise KitError("--from: no run with an epoch's throughput, compute units and global batch size "
+                       "(a run needs at least one whole epoch)")
+    n = np.array([p[0] for p in pts], dtype=float)
+    b = np.array([p[1] for p in pts], dtype=float)
+    t = n * b / np.array([p[2] for p in pts])            # measured seconds per step
+    fixed = []
+    two_b = np.unique(b).size >= 2
+    two_n = np.unique(n).size >= 2
+    if not two_b:
+        fixed.append(f"t0 = 0 (one local batch measured, {b[0]:g}: throughput per unit taken as independent of b)")
+    if not two_n:
+        fixed.append(f"c = 0 (one unit count measured, {n[0]:g}: no loss of efficiency with more units assumed)")
+
+    def solve(c):
+        scale = 1.0 + c * np.log2(n)
+        y = t / scale
+        if two_b:
+            a = np.vstack([np.ones_like(b), b]).T
+            (t0, t1), *_ = np.linalg.lstsq(a / t[:, None], y / t, rcond=None)   # relative errors
+            if t0 < 0 or t1 <= 0:
+                t0, t1 = 0.0, float(np.median(y / b))
+        else:
+            t0, t1 = 0.0, float(np.median(y / b))
+        err = float(np.sum(((t0 + t1 * b) * scale / t - 1.0) ** 2))
+        return err, t0, t1
+
+    best = (math.inf, 0.0, 0.0, 0.0)
+    for c in (np.linspace(0.0, 2.0, 401) if two_n else [0.0]):
+        err, t0, t1 = solve(c)
+        if err < best[0]:
+            best = (err, t0, t1, float(c))
+    _, t0, t1, c = best
+    model = SystemModel(t0=float(t0), t1=float(t1), c=c, fixed=fixed, points=[])
+    model.points = [(int(p[0]), p[1], p[2], model.throughput(p[0], p[1]), p[3].name) for p in pts]
+    return model
+
+
+# ---- the projection --------------------------------------------------------------------
+
+def _record(args, benchmark: str):
+    """(points, where they came from) of the convergence record to use."""
+    if args.epochs_from:
+        seen: set = set()
+        sets, facts = gather(args.epochs_from, "site", seen)
+        return record_points(sets, facts), f"converged runs of {', '.join(args.epochs_from)}"
+    points, meta = load_record(args.record)
+    src = args.record or "the kit's record of the published rounds"
+    return points, f"{src} ({', '.join(meta.get('sources', []))})"
+
+
+def project(args) -> dict:
+    for name in ("benchmark", "units", "local_batch"):
+        if getattr(args, name) is None:
+            raise KitError(f"--{name.replace('_', '-')} is required (or --validate)")
+    if args.units < 1 or args.local_batch < 1:
+        raise KitError(f"--units {args.units} --local-batch {args.local_batch}: both must be positive")
+    if not args.from_runs:
+        raise KitError("--from RUN... is required: the measured runs the throughput comes from")
+    seen: set = set()
+    sets, facts = gather(args.from_runs, "site", seen)
+    runs = [f for f in facts.values() if str(f.log.benchmark).lower() == args.benchmark]
+    if not runs:
+        raise KitError(f"--from: no {args.benchmark} run among {len(facts)} runs")
+    system = fit_system(runs)
+
+    points, source = _record(args, args.benchmark)
+    dataset_mode = args.dataset or ("runs" if args.epochs_from else "official")
+    if dataset_mode == "runs":
+        datasets = sorted({f.dataset for f in runs if f.dataset})
+        if len(datasets) != 1:
+            raise KitError(f"--from: the runs are of {len(datasets)} datasets ({', '.join(datasets)}); give one")
+        dataset = datasets[0]
+        s_train = median([f.train_samples for f in runs])
+        s_eval = median([f.eval_samples for f in runs])
+    else:
+        official = [p for p in points if p.benchmark == args.benchmark and p.dataset.startswith("official/")]
+        if not official:
+            raise KitError(f"{source}: no published {args.benchmark} point")
+        latest = max(official, key=lambda p: (p.round or "", p.dataset))
+        dataset = latest.dataset
+        s_train, s_eval = latest.train_samples, latest.eval_samples
+    curve = fit_epochs(points, args.benchmark, dataset)
+    if curve is None:
+        raise KitError(f"{source}: no converged closed-division {args.benchmark} run of dataset {dataset}")
+
+    n, b = args.units, args.local_batch
+    batch = n * b
+    x_train = system.throughput(n, b)
+    x_eval_unit = median([f.per_unit(f.eval_throughput) for f in runs])
+    k_eval = median([f.evaluations / f.log.epochs for f in runs if f.log.epochs]) or 0.0
+    first = median([f.to_first_epoch_s for f in runs]) or 0.0
+    epoch_s = s_train / x_train
+    eval_s = k_eval * s_eval / (n * x_eval_unit) if (x_eval_unit and s_eval) else 0.0
+    e10, e50, e90 = curve.quantiles(batch)
+    total = [first + e * (epoch_s + eval_s) for e in (e10, e50, e90)]
+    measured = sorted({(f.compute_units, f.local_batch) for f in runs})
+    extrapolated = [w for w, ok in (("units", n <= max(u for u, _ in measured)),
+                                    ("local batch", min(lb for _, lb in measured) <= b <= max(lb for _, lb in measured)))
+                    if not ok]
+    lo, hi = min(p.global_batch_size for p in curve.sets), max(p.global_batch_size for p in curve.sets)
+    if not lo <= batch <= hi:
+        extrapolated.append(f"global batch {batch} outside the record's {lo}-{hi}")
+    return {
+        "benchmark": args.benchmark, "units": n, "local_batch": b, "global_batch_size": batch,
+        "dataset": dataset, "train_samples": s_train, "eval_samples": s_eval,
+        "time_to_train_min": {"p10": total[0] / 60, "p50": total[1] / 60, "p90": total[2] / 60},
+        "epochs": {"p10": e10, "p50": e50, "p90": e90, "curve": curve.describe()},
+        "parts_s": {"first_epoch_start": first, "epoch": epoch_s, "eval_per_epoch": eval_s,
+                    "train_p50": e50 * epoch_s, "eval_p50": e50 * eval_s},
+        "throughput": {"train_samples_per_s": x_train, "per_unit": x_train / n,
+                       "eval_samples_per_s_per_unit": x_eval_unit, "evaluations_per_epoch": k_eval},
+        "system_model": system.describe(), "extrapolated": extrapolated,
+        "measured_runs": [{"run": name, "units": u, "local_batch": lb, "samples_per_s": x, "model_samples_per_s": m}
+                          for u, lb, x, m, name in system.points],
+        "convergence_record": {"source": source, "sets": len(curve.sets),
+                               "submitters": sorted({p.org for p in curve.sets}),
+                               "rounds": sorted({p.round for p in curve.sets if p.round})},
+    }
+
+
+def print_projection(r: dict) -> None:
+    t, e, parts = r["time_to_train_min"], r["epochs"], r["parts_s"]
+    print(f"{r['benchmark']}: {r['units']} units x local batch {r['local_batch']} = global batch "
+          f"{r['global_batch_size']}, dataset {r['dataset']} ({r['train_samples']:.0f} train samples)")
+    print(f"  time to train: {t['p50']:.2f} min (p10 {t['p10']:.2f}, p90 {t['p90']:.2f})")
+    print(f"  epochs: {e['p50']:.1f} (p10 {e['p10']:.1f}, p90 {e['p90']:.1f}); {e['curve']}")
+    print(f"  parts at p50: to the first epoch {parts['first_epoch_start']:.1f} s, training "
+          f"{parts['train_p50']:.1f} s ({parts['epoch']:.2f} s per epoch), evaluation {parts['eval_p50']:.1f} s")
+    th = r["throughput"]
+    print(f"  throughput: {th['train_samples_per_s']:.4g} samples/s ({th['per_unit']:.4g} per unit); "
+          f"{r['system_model']}")
+    for m in r["measured_runs"]:
+        print(f"  measured: {m['run']}: {m['units']} units x b {m['local_batch']:g}: {m['samples_per_s']:.4g} "
+              f"samples/s (model {m['model_samples_per_s']:.4g})")
+    cr = r["convergence_record"]
+    print(f"  convergence record: {cr['sets']} sets of {len(cr['submitters'])} submitters from {cr['source']}")
+    if r["extrapolated"]:
+        print(f"  extrapolated beyond what was measured: {'; '.join(r['extrapolated'])}")
+
+
+# ---- validation on the published rounds ------------------------------------------------
+
+def _olympic(values: list[float]) -> float:
+    v = sorted(values)
+    return float(np.mean(v[1:-1] if len(v) > 2 else v))
+
+
+def _predict_run(f: RunFacts, epochs: float) -> float | None:
+    c = f.cycles_s
+    if f.to_first_epoch_s is None or not c:
+        return None
+    steady = c[WARMUP_CYCLES:WARMUP_CYCLES + MEASURED_CYCLES] or c[:1]
+    return f.to_first_epoch_s + c[0] + (epochs - 1.0) * float(np.median(steady))
+
+
+def validate(sets: list[dict], facts: dict, points: list) -> list[dict]:
+    rows = []
+    for s in sets:
+        fs = [facts[r.path] for _, r in s["runs"] if r.path in facts and facts[r.path].log.converged]
+        if not fs or str(s["benchmark"]).lower() not in KIT_BENCHMARKS:
+            continue
+        g = fs[0]
+        if str(g.log.division or "").lower() != "closed" or not g.dataset or not g.global_batch_size:
+            continue
+        row = {"round": g.round, "benchmark": s["benchmark"].lower(), "org": s["org"], "system": s["platform"],
+               "scaling": s["score"]["kind"], "global_batch_size": int(g.global_batch_size), "runs": len(fs),
+               "dataset": g.dataset}
+        others = [p for p in points if not same_submitter(p.org, str(s["org"]))]
+        curve: EpochCurve | None = fit_epochs(others, row["benchmark"], g.dataset, bootstrap=False)
+        if curve is None:
+            row["skipped"] = "no other submitter's closed run of this dataset"
+            rows.append(row)
+            continue
+        weak = row["scaling"] == "weak"
+        e_pred = curve.slowest_of(row["global_batch_size"], len(fs)) if weak else curve.at(row["global_batch_size"])
+        e_own = float(np.median([f.log.epochs for f in fs]))
+        preds = [(_predict_run(f, e_pred), _predict_run(f, e_own), f) for f in fs]
+        preds = [p for p in preds if p[0] is not None]
+        if not preds:
+            row["skipped"] = "no epoch_start events to time"
+            rows.append(row)
+            continue
+        if weak:
+            start = min(f.log.run_start_ms for _, _, f in preds)
+            actual = (max(f.log.run_stop_ms for _, _, f in preds) - start) / 1000.0
+            pred = max(p + (f.log.run_start_ms - start) / 1000.0 for p, _, f in preds)
+            known = max(k + (f.log.run_start_ms - start) / 1000.0 for _, k, f in preds)
+        else:
+            actual = _olympic([f.total_s for _, _, f in preds])
+            pred = _olympic([p for p, _, _ in preds])
+            known = _olympic([k for _, k, _ in preds])
+        lo, hi = min(p.global_batch_size for p in curve.sets), max(p.global_batch_size for p in curve.sets)
+        row.update(record_batches=f"{lo}-{hi}", outside_record=not lo <= row["global_batch_size"] <= hi)
+        row.update(predicted_min=pred / 60, measured_min=actual / 60, error=pred / actual - 1.0,
+                   error_epochs_known=known / actual - 1.0, epochs_predicted=e_pred, epochs_median=e_own,
+                   record_sets=len(curve.sets), record=curve.describe())
+        rows.append(row)
+    return rows
+
+
+def summarize(rows: list[dict]) -> list[dict]:
+    """Per benchmark and round (and all rounds): sets, median and p90 of |error|, worst."""
+    done = [r for r in rows if "error" in r]
+    groups = {}
+    for r in done:
+        for key in ((r["benchmark"], r["round"] or "?"), (r["benchmark"], "all")):
+            groups.setdefault(key, []).append(r)
+    out = []
+    for (bench, rnd), rs in sorted(groups.items()):
+        errs = np.abs([r["error"] for r in rs])
+        known = np.abs([r["error_epochs_known"] for r in rs])
+        worst = max(rs, key=lambda r: abs(r["error"]))
+        out.append({"benchmark": bench, "round": rnd, "sets": len(rs), "median_abs_error": float(np.median(errs)),
+                    "p90_abs_error": float(np.quantile(errs, 0.9)),
+                    "median_abs_error_epochs_known": float(np.median(known)), "worst": worst})
+    return out
+
+
+def _worst_text(w: dict) -> str:
+    return (f"{w['org']} {w['system']} ({w['scaling']}, B {w['global_batch_size']}): {w['error']:+.0%}, "
+            f"epochs {w['epochs_predicted']:.1f} predicted, {w['epochs_median']:g} run"
+            + (f" (B outside the other submitters' {w['record_batches']})" if w["outside_record"] else ""))
+
+
+def print_validation(rows: list[dict], summary: list[dict]) -> None:
+    print("| round | benchmark | submitter | system | scaling | B | predicted min | measured min | error | "
+          "epochs predicted / run | error, epochs known |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" not in r:
+            print(f"| {r['round']} | {r['benchmark']} | {r['org']} | {r['system']} | {r['scaling']} | "
+                  f"{r['global_batch_size']} | - | - | skipped: {r['skipped']} | | |")
+            continue
+        print(f"| {r['round']} | {r['benchmark']} | {r['org']} | {r['system']} | {r['scaling']} | "
+              f"{r['global_batch_size']} | {r['predicted_min']:.2f} | {r['measured_min']:.2f} | {r['error']:+.1%} | "
+              f"{r['epochs_predicted']:.1f} / {r['epochs_median']:g}{' (B outside ' + r['record_batches'] + ')' if r['outside_record'] else ''} | {r['error_epochs_known']:+.1%} |")
+    print()
+    print("| benchmark | round | sets | median abs error | p90 abs error | median abs error, epochs known | worst |")
+    print("|---|---|---|---|---|---|---|")
+    for g in summary:
+        print(f"| {g['benchmark']} | {g['round']} | {g['sets']} | {g['median_abs_error']:.1%} | "
+              f"{g['p90_abs_error']:.1%} | {g['median_abs_error_epochs_known']:.1%} | {_worst_text(g['worst'])} |")
+
+
+def main(args) -> int:
+    from hpckit.common.fileio import atomic_write_json
+
+    if args.validate:
+        if not args.published:
+            raise KitError("--validate needs --published TREE...")
+        seen: set = set()
+        sets, facts = gather(args.published, "published", seen)
+        points = record_points(sets, facts)
+        rows = validate(sets, facts, points)
+        summary = summarize(rows)
+        print_validation(rows, summary)
+        if args.json:
+            atomic_write_json(args.json, {"sets": rows, "summary": summary})
+        return 0
+    result = project(args)
+    print_projection(result)
+    if args.json:
+        atomic_write_json(args.json, result)
+    return 0
