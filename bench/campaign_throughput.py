@@ -27,23 +27,20 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
-import socket
 import statistics
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "apps"))
-ROOT_ENV = {"OMPI_ALLOW_RUN_AS_ROOT": "1", "OMPI_ALLOW_RUN_AS_ROOT_CONFIRM": "1"}
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import REPO, ROOT_ENV, free_port, machine_line, records  # noqa: E402
+from benchlib import bad as _bad  # noqa: E402
 
 
 def bad(message: str) -> None:
-    print(f"campaign_throughput: {message}", file=sys.stderr)
-    sys.exit(2)
+    _bad("campaign_throughput", message)
 
 
 def counts(text: str) -> list[int]:
@@ -54,21 +51,6 @@ def counts(text: str) -> list[int]:
     if not out or any(m < 1 or m > 16 for m in out):
         bad(f"--instances {text!r}: a comma-separated list of instance counts from 1 to 16, e.g. 1,2,3")
     return out
-
-
-def records(log: Path) -> list[dict]:
-    return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in log.read_text().splitlines()
-            if ":::MLLOG " in line]
-
-
-def free_port(span: int) -> int:
-    for _ in range(50):
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            base = s.getsockname()[1]
-        if base + span < 65535:
-            return base
-    bad("no free port range")
 
 
 def main() -> int:
@@ -83,11 +65,7 @@ def main() -> int:
     if shutil.which("mpirun") is None:
         bad("mpirun not found (apt-get install openmpi-bin)")
 
-    from hpckit.common import cores
-    info = cores.cpuinfo()
-    print(f"# host {platform.node()}, {os.cpu_count()} CPUs, {info.model or 'unknown CPU'}, flags "
-          f"{' '.join(sorted(f for f in info.flags if f.startswith(('avx', 'fma', 'sve', 'asimd', 'amx'))))}, "
-          f"load {os.getloadavg()[0]:.2f} at start")
+    print(machine_line())
     print(f"# deepcam/pytorch mini, M instances x 1 rank in one mpirun, {args.epochs} epochs each (target out of "
           "reach), 1 thread per instance; the instances share this machine's cores")
     work = Path(tempfile.mkdtemp(prefix="hpckit-campaign-bench-"))
@@ -102,7 +80,7 @@ def main() -> int:
         for m in ms:
             out = work / f"campaign-{m}"
             cmd = ["mpirun", "-np", str(m), "--oversubscribe", "--bind-to", "none", "-x", "PATH", "-x", "PYTHONPATH",
-                   "-x", f"MASTER_PORT={free_port(4 + 3 * m)}", sys.executable, "-m", "hpckit", "train", "deepcam",
+                   "-x", f"MASTER_PORT={free_port('campaign_throughput', 4 + 3 * m)}", sys.executable, "-m", "hpckit", "train", "deepcam",
                    "--data", str(data), "--config", "mini", "--output-dir", str(out), "--seed", "1",
                    "--instances", str(m), "--threads", "1", "--stage-dir", str(work / "stage"),
                    "--set", "train.target_iou=1.0", "--set", f"train.n_epochs={args.epochs}"]

@@ -43,19 +43,10 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "apps"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import REPO, cpu_flags  # noqa: E402
 
 CASES = ("cosmoflow:pytorch", "cosmoflow:tensorflow", "deepcam:pytorch")
-
-
-def cpu_flags() -> str:
-    from hpckit.common import cores       # x86 `flags`, Arm `Features` (cores.cpuinfo)
-    info = cores.cpuinfo()
-    if info.arch == "unknown":
-        return "unknown"
-    return ",".join(f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "asimd", "sve", "bf16")
-                    if f in info.flags) or "none"
 
 
 def hpckit(*args, env=None) -> tuple[float, subprocess.CompletedProcess]:

@@ -31,23 +31,23 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import platform
 import shutil
 import subprocess
 import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "apps"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import REPO, machine_line  # noqa: E402
+from benchlib import bad as _bad  # noqa: E402
+
 MULTINODE = REPO / "tests" / "slurm" / "multinode.sh"
 UNREACHABLE = {"deepcam": "train.target_iou=1.0", "cosmoflow": "train.target_mae=0.0001"}
 GLOBAL_BATCH = 12   # divisible by 1, 2, 3, 4, 6 ranks
 
 
 def bad(message: str) -> None:
-    print(f"multinode_scaling: {message}", file=sys.stderr)
-    sys.exit(2)
+    _bad("multinode_scaling", message)
 
 
 def node_counts(text: str) -> list[int]:
@@ -79,11 +79,7 @@ def main() -> int:
         if shutil.which(tool) is None:
             bad(f"{tool} not found (apt-get install slurm-wlm munge iproute2)")
 
-    from hpckit.common import cores
-    info = cores.cpuinfo()
-    print(f"# host {platform.node()}, {os.cpu_count()} CPUs, {info.model or 'unknown CPU'}, flags "
-          f"{' '.join(sorted(f for f in info.flags if f.startswith(('avx', 'fma', 'sve', 'asimd', 'amx'))))}, "
-          f"load {os.getloadavg()[0]:.2f} at start")
+    print(machine_line())
     print(f"# {args.benchmark}/{args.framework} mini, global batch {GLOBAL_BATCH}, {args.epochs} epochs, one rank "
           "per node, 1 thread per rank; the nodes share this machine's cores (not a system's scaling)")
     work = Path(tempfile.mkdtemp(prefix="hpckit-multinode-bench-"))

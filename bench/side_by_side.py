@@ -50,7 +50,7 @@ Printed: a header (host, CPU model and flags, usable CPUs, threads, load average
 versions); the measured GEMM peak of this machine (gemm_peaks: GFLOP/s, fp32, and bf16
 where the CPU has bf16 instructions); FLOPs per sample of forward + backward counted with
 torch's FlopCounterMode on the kit's PyTorch models (the same math as the reference's;
-grouped convolutions' backward counted right, conv_backward_flop); then one line per case:
+grouped convolutions' backward counted right, hpckit/common/flops.py); then one line per case:
 seconds per step, samples/s, GFLOP/s sustained, fraction of the peak of the case's
 precision, and the ratio to the reference case of the same benchmark.
 bench/conv_efficiency.py breaks a step down by convolution.
@@ -68,8 +68,8 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parents[1]
-sys.path.insert(0, str(REPO / "apps"))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import REPO, cpu_flags, cpu_model  # noqa: E402,F401   (cpu_flags: conv_efficiency imports it here)
 
 CASES = {
     "cosmoflow": ("reference/tensorflow", "kit/tensorflow", "kit/pytorch"),
@@ -84,24 +84,6 @@ N_CHANNELS_COSMO, N_CHANNELS_CAM, N_CLASSES_CAM = 4, 16, 3
 
 
 # ---------------------------------------------------------------- shared helpers
-
-def cpu_flags() -> str:
-    """The flags that matter here, as the kit reads them (cores.cpuinfo: x86 `flags`, Arm
-    `Features`, the auxiliary vector under emulation)."""
-    from hpckit.common import cores
-    info = cores.cpuinfo()
-    if info.arch == "unknown":
-        return "unknown"
-    wanted = ("avx2", "avx512f", "avx512bw", "avx512er", "avx512_bf16", "amx_bf16", "amx_tile", "fma", "asimd",
-              "sve", "bf16")
-    return ",".join(f for f in wanted if f in info.flags) or "none"
-
-
-def cpu_model() -> str:
-    from hpckit.common import cores
-    model = cores.cpuinfo().model
-    return model if model != "unknown" else (platform.processor() or "unknown")
-
 
 def kit_config(benchmark: str, size: str, sets: list[str]) -> dict:
     from hpckit.common.config import load_config
@@ -274,42 +256,11 @@ def gemm_peaks(precisions) -> dict[str, float]:
     return peaks
 
 
-def conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _padding, _dilation, transposed,
-                       _output_padding, _groups, output_mask, out_shape=None, **_) -> int:
-    """FLOPs of a convolution's backward: the input gradient and the weight gradient each
-    cost what the forward costs (2 x every product of the forward, the weight's shape
-    already divided by the groups). Replaces the formula of torch's FlopCounterMode, which
-    in torch 2.13.0 counts a grouped convolution's weight gradient without the group
-    division: a depthwise 3x3, 64 channels, 32 x 32, counted 76.7 MFLOP backward for a
-    1.18 MFLOP forward (pytorch/pytorch PR 183405 proposes the fix). DeepCAM's Xception is
-    full of depthwise convolutions: counted by torch, its full-size sample came to 4,409
-    GFLOP; it is 1,964 (this counter)."""
-    spatial = x_shape[2:] if transposed else grad_out_shape[2:]
-    forward = 2 * grad_out_shape[0]
-    for n in (*spatial, *w_shape):
-        forward *= n
-    return forward * (bool(output_mask[0]) + bool(output_mask[1]))
-
-
 def flops_per_sample(benchmark: str, size: str, sets: list[str]) -> float:
-    """Forward + backward FLOPs of one sample on the kit's PyTorch model (meta tensors:
-    counted, not run), grouped convolutions' backward counted right (conv_backward_flop)."""
-    import torch
-    from torch.utils.flop_counter import FlopCounterMode
-    cfg = kit_config(benchmark, size, sets)
-    shape, _ = SHAPES[size][benchmark]
-    with torch.device("meta"):
-        if benchmark == "cosmoflow":
-            from hpckit.cosmoflow.model_torch import CosmoFlow
-            model, x = CosmoFlow(cfg), torch.empty(1, shape, shape, shape, N_CHANNELS_COSMO)
-        else:
-            from hpckit.deepcam.model import build_model
-            model, x = build_model(cfg), torch.empty(1, N_CHANNELS_CAM, *shape)
-    counter = FlopCounterMode(display=False,
-                              custom_mapping={torch.ops.aten.convolution_backward: conv_backward_flop})
-    with counter:
-        model(x).float().sum().backward()
-    return float(counter.get_total_flops())
+    """Forward + backward FLOPs of one sample on the kit's PyTorch model, as every kit run
+    counts them (hpckit/common/flops.py: meta tensors, grouped convolutions' backward right)."""
+    from hpckit.common.flops import train_flops_per_sample
+    return train_flops_per_sample(benchmark, kit_config(benchmark, size, sets))
 
 
 def parse_sets(items: list[str]) -> dict[str, list[str]]:

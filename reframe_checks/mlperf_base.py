@@ -344,6 +344,11 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
     def epoch_read(self):
         return (self.summary['usage']['train_read_bytes_per_epoch'] or 0) / 1e6
 
+    @performance_function('GFLOP/s')
+    def flops_per_rank(self):
+        # the network's training FLOPs per sample x samples/s, per rank (hpckit/common/flops.py)
+        return (self.summary['usage'].get('train_flops_per_s_per_rank') or 0) / 1e9
+
 @sn.deferrable
 def assert_campaign(instances, stdout, ruleset):
     """Every instance of the campaign trained, converged and is compliant; a FAIL names

@@ -56,6 +56,17 @@ def test_threads_option_wins():
     assert (p.threads, p.binding, len(p.cpus)) == (3, "--threads", 128)
 
 
+def test_an_environment_omp_num_threads_that_is_replaced_is_said():
+    """R ranks on a node each keep their share, whatever OMP_NUM_THREADS a job script or
+    profile exported; the replacement is one warning line naming both values and --threads."""
+    p = cores.plan(1, 4, None, 0, affinity=ALL, allocation=ALL)
+    line = cores.replaced_omp_threads(p, {"OMP_NUM_THREADS": "128"})
+    assert line.startswith("OMP_NUM_THREADS=128 from the environment is replaced by 32 intra-op thread(s)")
+    assert "--threads 128" in line and "node share" in line
+    assert cores.replaced_omp_threads(p, {"OMP_NUM_THREADS": "32"}) is None
+    assert cores.replaced_omp_threads(p, {}) is None
+
+
 def test_cpu_list_round_trip():
     for cpus in ({0}, {0, 1, 2, 5}, set(range(64, 128)) | {3}):
         assert cores.parse_cpu_list(cores.cpu_list(cpus)) == cpus

@@ -296,6 +296,21 @@ def plan(local_rank: int, local_size: int, requested_threads: int | None, loader
                     ranks_per_node=local_size)
 
 
+def replaced_omp_threads(p: CorePlan, environ=os.environ) -> str | None:
+    """The line that says an OMP_NUM_THREADS of the environment is not what this rank uses
+    (the plan above sets it; a job script's or a profile's value would otherwise be replaced
+    silently), or None where they agree or none was set. The plan is kept rather than the
+    variable: launchers set it for their own reasons (torchrun sets 1 for every rank when
+    it starts several; a profile sets one value for all its partitions), and R ranks each
+    taking a node-wide value oversubscribe the node R times. `--threads N` imposes N."""
+    given = environ.get("OMP_NUM_THREADS", "").strip()
+    if not given or given == str(p.threads):
+        return None
+    return (f"OMP_NUM_THREADS={given} from the environment is replaced by {p.threads} intra-op thread(s) on CPUs "
+            f"{cpu_list(p.cpus)} ({p.binding}, {p.ranks_per_node} rank(s) on this node); "
+            f"--threads {given} imposes it")
+
+
 def apply(p: CorePlan, framework: str) -> None:
     """Pin the process to its CPUs and set the framework's intra-op threads. For
     TensorFlow this must run before its runtime starts (before tf.distribute)."""

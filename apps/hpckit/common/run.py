@@ -214,6 +214,9 @@ def launch(args, framework: str, cfg: dict) -> Launch:
     core_plan = cores.plan(world.local_rank, world.local_size, threads, cfg["data"]["loader_workers"],
                            accelerator=getattr(device, "type", "cpu") != "cpu")
     cfg["data"]["loader_workers"] = core_plan.loader_workers
+    replaced = cores.replaced_omp_threads(core_plan)
+    if replaced and world.local_rank == 0:
+        print(f"hpckit train: warning: {replaced}", file=sys.stderr, flush=True)
     cores.apply(core_plan, framework)   # before the communicator starts the runtime
     allocator = memory.tune_allocator()
     cfg["train"]["deterministic"] = cfg["train"]["deterministic"] or bool(getattr(args, "deterministic", False))
@@ -325,6 +328,7 @@ class MLPerfRun:
         self.epochs_done = 0
         self.last_metric = float("nan")
         self.train_samples = self.eval_samples = 0
+        self.flops_per_sample: float | None = None
         self.train_seconds = self.eval_seconds = 0.0
         self.status = None
         self.cache_report: dict = {}
@@ -426,6 +430,16 @@ class MLPerfRun:
             self.log.event(provenance.LOG_KEY, provenance.log_value(self.provenance))
         for key, value in hyperparameters:
             self.log.event(key, value)
+        self.flops_per_sample = self._count_flops()
+
+    def _count_flops(self) -> float | None:
+        """The network's training FLOPs per sample (common/flops.py), counted before the
+        clock starts; None (and the run goes on) where torch is not in the stack."""
+        try:
+            from hpckit.common.flops import train_flops_per_sample
+            return train_flops_per_sample(self.benchmark, self.cfg)
+        except ImportError:
+            return None
 
     def start_run(self) -> None:
         if self.campaign is not None:
@@ -634,11 +648,16 @@ class MLPerfRun:
             "eval_read_bytes_per_epoch": u["eval_read_bytes"] / epochs if epochs else None,
             "grad_allreduce_bytes_per_batch": u["sync_bytes"] / u["sync_batches"] if u["sync_batches"] else None,
             "grad_allreduce_share": u["sync_busy_s"] / u["sync_train_s"] if u["sync_train_s"] else None,
+            "train_flops_per_sample": self.flops_per_sample,
+            "train_flops_per_s_per_rank": (self.flops_per_sample * self.train_samples / self.train_seconds
+                                           / self.ranks.size) if self.flops_per_sample and self.train_seconds else None,
             "measured": "rchar of /proc/<pid>/io over each rank and its loader workers, summed over ranks; "
                         "peaks: VmHWM of each rank's main process, its largest worker; gradient all-reduce: "
                         "bytes per rank and training batch, and the share of the training time with one in "
                         "flight (mean over ranks; DDP overlaps it with the backward pass: an upper bound of "
-                        "the wait; none on one rank, with TensorFlow, or under DDP on CUDA)",
+                        "the wait; none on one rank, with TensorFlow, or under DDP on CUDA); FLOP/s: the network's "
+                        "forward + backward FLOPs per sample (counted on meta tensors, common/flops.py) x the "
+                        "training samples per second, per rank",
         }
 
     def _run_stop(self, status: str, reason: str | None = None) -> None:
