@@ -106,7 +106,8 @@ def kit_scores(tmp_path, *paths) -> list[dict]:
 
 def check_images(out: Path, t: Tables, runs_of: int = 0):
     import matplotlib.image as mpimg
-    assert sorted(t.imgs) == ["history.png"] + [f"runs-{i}.png" for i in range(runs_of)] + ["scaling.png", "tts.png"]
+    assert sorted(t.imgs) == ["convergence.png", "history.png", "projection.png"] + \
+        [f"runs-{i}.png" for i in range(runs_of)] + ["scaling.png", "tts.png"]
     for src in t.imgs:
         assert not Path(src).is_absolute() and (out / src).is_file()
         img = mpimg.imread(out / src)
@@ -148,7 +149,34 @@ def screenshot(out: Path, tmp_path: Path) -> Path:
     title = dom.stdout.split("<title>", 1)[1].split("</title>", 1)[0] if "<title>" in dom.stdout else ""
     assert title.startswith("IMAGES "), (title, dom.stderr[-2000:])
     widths = dict(item.rsplit(":", 1) for item in title[len("IMAGES "):].split(","))
-    assert {"tts.png", "scaling.png", "history.png"} <= set(widths) and all(int(w) > 300 for w in widths.values()), widths
+    assert {"tts.png", "scaling.png", "convergence.png", "projection.png", "history.png"} <= set(widths) \
+        and all(int(w) > 300 for w in widths.values()), widths
+    return shot
+
+
+def screenshot_at(out: Path, tmp_path: Path, element_id: str) -> Path:
+    """The page in headless Chromium scrolled to one element (a same-origin frame scrolled by
+    a script: Chromium's --screenshot ignores a URL's #fragment); returns the screenshot."""
+    if not CHROMIUM.exists():
+        pytest.skip("chromium is not installed (/usr/bin/chromium; apt-get install chromium)")
+    shot = tmp_path / f"report-{element_id}.png"
+    frame = out / "probe-shot.html"
+    frame.write_text('<html><body style="margin:0"><iframe id="f" src="index.html" width="1280" height="2000" '
+                     'style="border:0"></iframe><script>document.getElementById("f").onload = () => '
+                     f'document.getElementById("f").contentDocument.getElementById("{element_id}")'
+                     '.scrollIntoView();</script></body></html>')
+    try:
+        proc = subprocess.run([str(CHROMIUM), "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars",
+                               "--no-first-run", f"--user-data-dir={tmp_path / 'chrome-profile-shot'}",
+                               "--allow-file-access-from-files", "--virtual-time-budget=5000",
+                               f"--screenshot={shot}", "--window-size=1280,2000", frame.as_uri()],
+                              capture_output=True, text=True, timeout=180, env={**os.environ, "HOME": str(tmp_path)})
+    finally:
+        frame.unlink()
+    assert shot.is_file(), proc.stderr[-2000:]
+    import matplotlib.image as mpimg
+    img = mpimg.imread(shot)
+    assert img.shape[:2] == (2000, 1280) and img[..., :3].std() > 0.1, "a blank screenshot"
     return shot
 
 
@@ -225,9 +253,22 @@ def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_pat
     # SET is reached twice (given, and under REAL/sets): one set. (REAL's top level also
     # holds a byte-identical copy of one of SET's logs: a set with it is invalid, test_score.)
     proc = run_hpckit("report", *runs, "--published", SET, REAL / "sets", REAL / "v2.0", "--perflog", perflogs,
-                      "--out", out, "--site", "local", "--runs-of", "site:")
+                      "--out", out, "--site", "local", "--runs-of", "site:", "--project", "4:2")
     assert proc.returncode == 0, proc.stderr
     t = parse_report(out)
+
+    # The paper's analysis: the projection on the map is `hpckit project`'s (the site's mini
+    # runs: their own dataset and convergence), the curves those of the published record
+    js = tmp_path / "project.json"
+    assert run_hpckit("project", "--benchmark", "deepcam", "--units", "4", "--local-batch", "2", "--from", *runs,
+                      "--epochs-from", *runs, "--json", js).returncode == 0
+    projected = json.loads(js.read_text())
+    (row,) = t.tables["projections"]
+    assert [c["text"] for c in row["cells"][:5]] == ["deepcam", projected["dataset"], "4", "2", "8"]
+    assert float(row["cells"][5]["value"]) == pytest.approx(projected["time_to_train_min"]["p50"], rel=1e-9)
+    curves = (out / "index.html").read_text().split('<ul id="curves">', 1)[1].split("</ul>", 1)[0]
+    assert "deepcam official/121000: E(B) = " in curves and "cosmoflow official/524000" in curves
+    assert {r["cells"][0]["text"].startswith("[site]") for r in t.tables["breakdown"]} == {True, False}
 
     # The site's set as `hpckit score` scores it (the kit's runs judged by the target of
     # the config they logged: 0.80 IoU for mini).
@@ -257,7 +298,7 @@ def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_pat
 
     perf = {r["cells"][2]["text"] for r in t.tables["perflog"]}
     assert perf == {"time_to_train", "staging_time", "train_throughput", "eval_throughput", "epochs",
-                    "peak_memory", "epoch_read", "staging_read_bandwidth", "allreduce_share"}
+                    "peak_memory", "epoch_read", "staging_read_bandwidth", "allreduce_share", "flops_per_rank"}
     # each run's recorded stack (summary.json): one stack for both runs, with its packages
     from hpckit.common.provenance import stack, stack_digest
     prov = t.tables["provenance"]
@@ -274,6 +315,9 @@ def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_pat
     check_images(out, t, runs_of=1)
     shot = screenshot(out, tmp_path)
     shutil.copy(shot, tmp_path_factory.getbasetemp() / "report-screenshot.png")
+    # the paper's figures (Fig. 2b and 2d, the projection) as a person scrolls to them
+    shot = screenshot_at(out, tmp_path, "plot-convergence")
+    shutil.copy(shot, tmp_path_factory.getbasetemp() / "report-analysis-screenshot.png")
 
 
 def test_provenance_table_names_what_differs_between_runs(tmp_path):

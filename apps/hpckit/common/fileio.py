@@ -63,6 +63,17 @@ def atomic_write_json(path: str | os.PathLike, obj) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True) + "\n")
 
 
+def read_json(path: str | os.PathLike, what: str):
+    """A JSON file's content; a file that cannot be read or parsed is one KitError naming
+    `what` (e.g. "--system-json x.json")."""
+    try:
+        return json.loads(Path(path).read_text())
+    except OSError as e:
+        raise KitError(f"{what}: cannot read ({e.strerror or e})") from None
+    except ValueError as e:
+        raise KitError(f"{what}: not valid JSON ({e})") from None
+
+
 def ensure_writable_dir(path: str | os.PathLike, what: str) -> Path:
     """Create `path` if needed and prove it is writable, or fail with one line."""
     path = Path(path)

@@ -93,7 +93,38 @@ class RunFacts:
     unit_hours: float | None = None
     to_first_epoch_s: float | None = None  # run_start to the first epoch_start (staging, set-up)
     cycles_s: list = field(default_factory=list)   # epoch_start to the next (last: to run_stop)
+    epoch_times: list = field(default_factory=list)  # each epoch's training time, evaluations out
     extra: dict = field(default_factory=dict)
+
+    # After the warm-up: the first epoch pays one-off costs (allocator, kernel selection,
+    # cold page cache); a projection to E epochs pays them once, not E times.
+    @property
+    def steady_epoch_s(self) -> float | None:
+        later = self.epoch_times[1:]
+        return float(np.median(later)) if later else (self.epoch_times[0] if self.epoch_times else None)
+
+    @property
+    def steady_throughput(self) -> float | None:
+        e = self.steady_epoch_s
+        return self.train_samples / e if self.train_samples and e else None
+
+    @property
+    def warmup_s(self) -> float:
+        """What the first epoch took beyond a steady one."""
+        if len(self.epoch_times) < 2:
+            return 0.0
+        return max(0.0, self.epoch_times[0] - self.steady_epoch_s)
+
+    @property
+    def other_per_epoch_s(self) -> float:
+        """Per epoch, the clock's time in neither training nor evaluation (the gaps between
+        an epoch's end and the next one's start: logging, collectives, the loader's restart):
+        a steady cycle less its training and evaluations."""
+        cycles = self.cycles_s[1:-1] or self.cycles_s[:1]
+        if not cycles or self.steady_epoch_s is None or not self.log.epochs:
+            return 0.0
+        evals = (self.eval_each_s or 0.0) * self.evaluations / self.log.epochs
+        return max(0.0, float(np.median(cycles)) - self.steady_epoch_s - evals)
 
     @property
     def eval_share(self) -> float | None:
@@ -134,7 +165,8 @@ class RunFacts:
                 "train_samples_per_s_per_unit": self.per_unit(self.epoch_throughput),
                 "eval_samples_per_s_per_unit": self.per_unit(self.eval_throughput),
                 "unit_hours": self.unit_hours, "to_first_epoch_s": self.to_first_epoch_s,
-                "cycles_s": self.cycles_s, **self.extra}
+                "cycles_s": self.cycles_s, "epoch_times": self.epoch_times, "steady_epoch_s": self.steady_epoch_s,
+                "warmup_s": self.warmup_s, "other_per_epoch_s": self.other_per_epoch_s, **self.extra}
 
 
 def _num(v):
@@ -229,6 +261,7 @@ def run_facts(path: Path, origin: str) -> RunFacts:
         f.cycles_s = [max(0.0, (b - a) / 1000.0) for a, b in zip(starts, starts[1:] + [t1])]
     epochs = [max(0.0, (b - a - sum(_overlap(c, d, a, b) for c, d in evals)) / 1000.0)
               for a, b in intervals]
+    f.epoch_times = epochs
     if epochs:
         f.epoch_s = sum(epochs) / len(epochs)
         if f.train_samples and f.epoch_s > 0:
@@ -260,8 +293,9 @@ def _usage(log: Path) -> dict:
         usage = json.loads(summary.read_text()).get("usage") or {}
     except (OSError, ValueError, AttributeError):
         return {}
-    keys = ("peak_rss_bytes", "epoch_read_bytes", "staging_read_bytes_per_s", "allreduce_bytes_per_step",
-            "allreduce_share", "flops_per_sample", "flops_per_s_per_unit")
+    keys = ("peak_rss_bytes_max", "staging_read_MBps", "train_read_bytes_per_epoch", "train_read_MBps",
+            "grad_allreduce_bytes_per_batch", "grad_allreduce_share", "train_flops_per_sample",
+            "train_flops_per_s_per_rank")
     return {f"usage_{k}": usage[k] for k in keys if isinstance(usage, dict) and _num(usage.get(k)) is not None}
 
 
@@ -368,13 +402,9 @@ def points_from_json(rows: list[dict], source: str) -> list[Point]:
 
 def load_record(path: str | Path | None = None) -> tuple[list[Point], dict]:
     """The convergence record of the published rounds (the shipped one unless `path`)."""
+    from hpckit.common.fileio import read_json
     path = Path(path) if path else RECORD_FILE
-    try:
-        doc = json.loads(path.read_text())
-    except OSError as e:
-        raise KitError(f"convergence record {path}: cannot read ({e.strerror or e})") from None
-    except ValueError as e:
-        raise KitError(f"convergence record {path}: not JSON ({e})") from None
+    doc = read_json(path, f"convergence record {path}")
     if not isinstance(doc, dict) or not isinstance(doc.get("points"), list):
         raise KitError(f"convergence record {path}: no `points` list")
     return points_from_json(doc["points"], str(path)), {k: v for k, v in doc.items() if k != "points"}

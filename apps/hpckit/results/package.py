@@ -152,12 +152,8 @@ def load_system_yaml(path: Path) -> dict:
 
 
 def load_system_json(path: Path) -> dict:
-    try:
-        data = json.loads(path.read_text())
-    except OSError as e:
-        raise KitError(f"--system-json {path}: cannot read ({e.strerror or e})") from None
-    except ValueError as e:
-        raise KitError(f"--system-json {path}: not valid JSON ({e})") from None
+    from hpckit.common.fileio import read_json
+    data = read_json(path, f"--system-json {path}")
     if not isinstance(data, dict):
         raise KitError(f"--system-json {path}: expected a JSON object")
     missing = [f for f in REQUIRED_FIELDS if f not in data and f not in FILLED_BY_PACKAGER]

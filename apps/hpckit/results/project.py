@@ -9,7 +9,7 @@ The method is the MLPerf HPC paper's (section 4.1.2, Fig. 2 b-d): in the closed 
 epochs to converge depend on the global batch size B = N x b alone, the time per epoch on
 the system, so
 
-    T(N, b) = T_first + E(B) x [ S_train / X(N, b) + k_eval x S_eval / (N x x_eval) ]
+    T(N, b) = T_first + T_warmup + E(B) x [ S_train / X(N, b) + k_eval x S_eval / (N x x_eval) + T_other ]
 
 * E(B): the convergence record's curve (hpckit/results/analysis.py EpochCurve; the shipped
   record of the published rounds, or the converged runs given with --epochs-from), its
@@ -21,10 +21,12 @@ the system, so
   of the units (the all-reduce, stragglers); X = N x b / t. Fitted by least squares on the
   runs' relative step times; a parameter the runs cannot determine (one local batch: t0 =
   0; one unit count: c = 0) is fixed and the output says so;
-* evaluation: the runs' evaluations per epoch k_eval and per-unit eval throughput x_eval,
-  taken to scale with the units;
-* T_first (run_start to the first epoch: staging and set-up inside the clock): the
-  runs' median, not scaled;
+* evaluation: the runs' evaluations per epoch k_eval, and the per-unit eval throughput
+  x_eval of the runs at the unit count nearest N, taken to scale with the units;
+* T_first (run_start to the first epoch: staging and set-up inside the clock), the warm-up
+  (the first epoch's time beyond a steady one's) and the time per epoch in neither training
+  nor evaluation (a steady cycle less both): medians of the runs at the unit count nearest
+  N, not scaled; the throughput X is that of the epochs after the first;
 * S_train, S_eval: the runs' dataset (--dataset runs) or the official one (--dataset
   official, the default: the record's latest dataset of the benchmark).
 
@@ -101,8 +103,8 @@ class SystemModel:
 
 
 def fit_system(runs: list[RunFacts]) -> SystemModel:
-    pts = [(f.compute_units, f.local_batch, f.epoch_throughput, f) for f in runs
-           if f.compute_units and f.local_batch and f.epoch_throughput]
+    pts = [(f.compute_units, f.local_batch, f.steady_throughput, f) for f in runs
+           if f.compute_units and f.local_batch and f.steady_throughput]
     if not pts:
         raise KitError("--from: no run with an epoch's throughput, compute units and global batch size "
                        "(a run needs at least one whole epoch)")
@@ -141,6 +143,16 @@ def fit_system(runs: list[RunFacts]) -> SystemModel:
     return model
 
 
+def _nearest(runs: list[RunFacts], units: int) -> list[RunFacts]:
+    """The runs at the unit count nearest `units` (on a log scale): where evaluation and the
+    time to the first epoch are taken from (they are not modelled across unit counts)."""
+    have = [f for f in runs if f.compute_units]
+    if not have:
+        return runs
+    best = min(abs(math.log(f.compute_units / units)) for f in have)
+    return [f for f in have if abs(math.log(f.compute_units / units)) == best]
+
+
 # ---- the projection --------------------------------------------------------------------
 
 def _record(args, benchmark: str):
@@ -154,6 +166,95 @@ def _record(args, benchmark: str):
     return points, f"{src} ({', '.join(meta.get('sources', []))})"
 
 
+@dataclass
+class Projector:
+    """Everything a projection of one benchmark rests on: the site's runs and their system
+    model, the convergence curve and the dataset projected (`hpckit project` and the
+    report's map, hpckit/results/report.py, use the same)."""
+    benchmark: str
+    runs: list
+    system: SystemModel
+    curve: EpochCurve
+    dataset: str
+    s_train: float
+    s_eval: float | None
+    source: str
+
+    @classmethod
+    def build(cls, benchmark: str, runs: list[RunFacts], points: list, source: str,
+              dataset_mode: str = "official") -> "Projector":
+        runs = [f for f in runs if str(f.log.benchmark).lower() == benchmark]
+        if not runs:
+            raise KitError(f"--from: no {benchmark} run")
+        system = fit_system(runs)
+        if dataset_mode == "runs":
+            datasets = sorted({f.dataset for f in runs if f.dataset})
+            if len(datasets) != 1:
+                raise KitError(f"--from: the runs are of {len(datasets)} datasets ({', '.join(datasets)}); give one")
+            dataset = datasets[0]
+            s_train = median([f.train_samples for f in runs])
+            s_eval = median([f.eval_samples for f in runs])
+        else:
+            official = [p for p in points if p.benchmark == benchmark and p.dataset.startswith("official/")]
+            if not official:
+                raise KitError(f"{source}: no published {benchmark} point")
+            latest = max(official, key=lambda p: (p.round or "", p.dataset))
+            dataset = latest.dataset
+            s_train, s_eval = latest.train_samples, latest.eval_samples
+        curve = fit_epochs(points, benchmark, dataset)
+        if curve is None:
+            raise KitError(f"{source}: no converged closed-division {benchmark} run of dataset {dataset}")
+        return cls(benchmark, runs, system, curve, dataset, s_train, s_eval, source)
+
+    def time_s(self, n: int, b: float, epochs: float) -> float:
+        """Time to train at n units x local batch b, for a given number of epochs."""
+        p = self._parts(n, b)
+        return p["first_epoch_start"] + p["warmup"] + epochs * (p["epoch"] + p["eval_per_epoch"] + p["other_per_epoch"])
+
+    def _parts(self, n: int, b: float) -> dict:
+        near = _nearest(self.runs, n)
+        x_eval_unit = median([f.per_unit(f.eval_throughput) for f in near])
+        k_eval = median([f.evaluations / f.log.epochs for f in self.runs if f.log.epochs]) or 0.0
+        return {"first_epoch_start": median([f.to_first_epoch_s for f in near]) or 0.0,
+                "warmup": median([f.warmup_s for f in near]) or 0.0,
+                "epoch": self.s_train / self.system.throughput(n, b),
+                "eval_per_epoch": k_eval * self.s_eval / (n * x_eval_unit) if (x_eval_unit and self.s_eval) else 0.0,
+                "other_per_epoch": median([f.other_per_epoch_s for f in near]) or 0.0,
+                "x_eval_unit": x_eval_unit, "k_eval": k_eval}
+
+    def predict(self, n: int, b: int) -> dict:
+        batch = n * b
+        parts = self._parts(n, b)
+        x_eval_unit, k_eval = parts.pop("x_eval_unit"), parts.pop("k_eval")
+        x_train = self.system.throughput(n, b)
+        e10, e50, e90 = self.curve.quantiles(batch)
+        total = [self.time_s(n, b, e) for e in (e10, e50, e90)]
+        measured = sorted({(f.compute_units, f.local_batch) for f in self.runs if f.compute_units})
+        extrapolated = [w for w, ok in (("units", n <= max(u for u, _ in measured)),
+                                        ("local batch", min(lb for _, lb in measured) <= b
+                                         <= max(lb for _, lb in measured)))
+                        if not ok]
+        lo, hi = min(p.global_batch_size for p in self.curve.sets), max(p.global_batch_size for p in self.curve.sets)
+        if not lo <= batch <= hi:
+            extrapolated.append(f"global batch {batch} outside the record's {lo}-{hi}")
+        return {
+            "benchmark": self.benchmark, "units": n, "local_batch": b, "global_batch_size": batch,
+            "dataset": self.dataset, "train_samples": self.s_train, "eval_samples": self.s_eval,
+            "time_to_train_min": {"p10": total[0] / 60, "p50": total[1] / 60, "p90": total[2] / 60},
+            "epochs": {"p10": e10, "p50": e50, "p90": e90, "curve": self.curve.describe()},
+            "parts_s": {**parts, "train_p50": e50 * parts["epoch"], "eval_p50": e50 * parts["eval_per_epoch"],
+                        "other_p50": e50 * parts["other_per_epoch"]},
+            "throughput": {"train_samples_per_s": x_train, "per_unit": x_train / n,
+                           "eval_samples_per_s_per_unit": x_eval_unit, "evaluations_per_epoch": k_eval},
+            "system_model": self.system.describe(), "extrapolated": extrapolated,
+            "measured_runs": [{"run": name, "units": u, "local_batch": lb, "samples_per_s": x,
+                               "model_samples_per_s": m} for u, lb, x, m, name in self.system.points],
+            "convergence_record": {"source": self.source, "sets": len(self.curve.sets),
+                                   "submitters": sorted({p.org for p in self.curve.sets}),
+                                   "rounds": sorted({p.round for p in self.curve.sets if p.round})},
+        }
+
+
 def project(args) -> dict:
     for name in ("benchmark", "units", "local_batch"):
         if getattr(args, name) is None:
@@ -163,65 +264,13 @@ def project(args) -> dict:
     if not args.from_runs:
         raise KitError("--from RUN... is required: the measured runs the throughput comes from")
     seen: set = set()
-    sets, facts = gather(args.from_runs, "site", seen)
-    runs = [f for f in facts.values() if str(f.log.benchmark).lower() == args.benchmark]
-    if not runs:
+    _, facts = gather(args.from_runs, "site", seen)
+    if not any(str(f.log.benchmark).lower() == args.benchmark for f in facts.values()):
         raise KitError(f"--from: no {args.benchmark} run among {len(facts)} runs")
-    system = fit_system(runs)
-
     points, source = _record(args, args.benchmark)
-    dataset_mode = args.dataset or ("runs" if args.epochs_from else "official")
-    if dataset_mode == "runs":
-        datasets = sorted({f.dataset for f in runs if f.dataset})
-        if len(datasets) != 1:
-            raise KitError(f"--from: the runs are of {len(datasets)} datasets ({', '.join(datasets)}); give one")
-        dataset = datasets[0]
-        s_train = median([f.train_samples for f in runs])
-        s_eval = median([f.eval_samples for f in runs])
-    else:
-        official = [p for p in points if p.benchmark == args.benchmark and p.dataset.startswith("official/")]
-        if not official:
-            raise KitError(f"{source}: no published {args.benchmark} point")
-        latest = max(official, key=lambda p: (p.round or "", p.dataset))
-        dataset = latest.dataset
-        s_train, s_eval = latest.train_samples, latest.eval_samples
-    curve = fit_epochs(points, args.benchmark, dataset)
-    if curve is None:
-        raise KitError(f"{source}: no converged closed-division {args.benchmark} run of dataset {dataset}")
-
-    n, b = args.units, args.local_batch
-    batch = n * b
-    x_train = system.throughput(n, b)
-    x_eval_unit = median([f.per_unit(f.eval_throughput) for f in runs])
-    k_eval = median([f.evaluations / f.log.epochs for f in runs if f.log.epochs]) or 0.0
-    first = median([f.to_first_epoch_s for f in runs]) or 0.0
-    epoch_s = s_train / x_train
-    eval_s = k_eval * s_eval / (n * x_eval_unit) if (x_eval_unit and s_eval) else 0.0
-    e10, e50, e90 = curve.quantiles(batch)
-    total = [first + e * (epoch_s + eval_s) for e in (e10, e50, e90)]
-    measured = sorted({(f.compute_units, f.local_batch) for f in runs})
-    extrapolated = [w for w, ok in (("units", n <= max(u for u, _ in measured)),
-                                    ("local batch", min(lb for _, lb in measured) <= b <= max(lb for _, lb in measured)))
-                    if not ok]
-    lo, hi = min(p.global_batch_size for p in curve.sets), max(p.global_batch_size for p in curve.sets)
-    if not lo <= batch <= hi:
-        extrapolated.append(f"global batch {batch} outside the record's {lo}-{hi}")
-    return {
-        "benchmark": args.benchmark, "units": n, "local_batch": b, "global_batch_size": batch,
-        "dataset": dataset, "train_samples": s_train, "eval_samples": s_eval,
-        "time_to_train_min": {"p10": total[0] / 60, "p50": total[1] / 60, "p90": total[2] / 60},
-        "epochs": {"p10": e10, "p50": e50, "p90": e90, "curve": curve.describe()},
-        "parts_s": {"first_epoch_start": first, "epoch": epoch_s, "eval_per_epoch": eval_s,
-                    "train_p50": e50 * epoch_s, "eval_p50": e50 * eval_s},
-        "throughput": {"train_samples_per_s": x_train, "per_unit": x_train / n,
-                       "eval_samples_per_s_per_unit": x_eval_unit, "evaluations_per_epoch": k_eval},
-        "system_model": system.describe(), "extrapolated": extrapolated,
-        "measured_runs": [{"run": name, "units": u, "local_batch": lb, "samples_per_s": x, "model_samples_per_s": m}
-                          for u, lb, x, m, name in system.points],
-        "convergence_record": {"source": source, "sets": len(curve.sets),
-                               "submitters": sorted({p.org for p in curve.sets}),
-                               "rounds": sorted({p.round for p in curve.sets if p.round})},
-    }
+    projector = Projector.build(args.benchmark, list(facts.values()), points, source,
+                                args.dataset or ("runs" if args.epochs_from else "official"))
+    return projector.predict(args.units, args.local_batch)
 
 
 def print_projection(r: dict) -> None:
@@ -230,8 +279,9 @@ def print_projection(r: dict) -> None:
           f"{r['global_batch_size']}, dataset {r['dataset']} ({r['train_samples']:.0f} train samples)")
     print(f"  time to train: {t['p50']:.2f} min (p10 {t['p10']:.2f}, p90 {t['p90']:.2f})")
     print(f"  epochs: {e['p50']:.1f} (p10 {e['p10']:.1f}, p90 {e['p90']:.1f}); {e['curve']}")
-    print(f"  parts at p50: to the first epoch {parts['first_epoch_start']:.1f} s, training "
-          f"{parts['train_p50']:.1f} s ({parts['epoch']:.2f} s per epoch), evaluation {parts['eval_p50']:.1f} s")
+    print(f"  parts at p50: to the first epoch {parts['first_epoch_start']:.1f} s, warm-up {parts['warmup']:.1f} s, "
+          f"training {parts['train_p50']:.1f} s ({parts['epoch']:.2f} s per epoch), evaluation "
+          f"{parts['eval_p50']:.1f} s, between epochs {parts['other_p50']:.1f} s")
     th = r["throughput"]
     print(f"  throughput: {th['train_samples_per_s']:.4g} samples/s ({th['per_unit']:.4g} per unit); "
           f"{r['system_model']}")

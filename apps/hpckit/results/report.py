@@ -43,7 +43,7 @@ from pathlib import Path
 from hpckit.common.errors import KitError
 from hpckit.results.perflog import allowed_range, read_perflogs
 
-PNGS = ("tts.png", "scaling.png", "history.png")
+PNGS = ("tts.png", "scaling.png", "convergence.png", "projection.png", "history.png")
 
 
 def add_arguments(p) -> None:
@@ -60,6 +60,9 @@ def add_arguments(p) -> None:
     p.add_argument("--runs-of", action="append", default=[], metavar="SET",
                    help="also show every run of this set (its id in table#sets, or a part of it naming one set): "
                         "a per-run table and figure; repeatable")
+    p.add_argument("--project", action="append", default=[], metavar="UNITS:LOCAL_BATCH",
+                   help="also project the site's time to train at this scale (as hpckit project) and mark it on "
+                        "the map; repeatable, e.g. --project 512:2")
     p.add_argument("--title", default="MLPerf HPC time-to-solution report")
 
 
@@ -456,6 +459,213 @@ def _draw_references(ax, series: list[dict], color: str) -> None:
 
 # ---- HTML ------------------------------------------------------------------------------
 
+# ---- the paper's analysis: convergence record (Fig. 2b), projection map (Fig. 2d) ------------
+
+MAP_UNITS = [2 ** i for i in range(0, 13)]          # 1 .. 4096 compute units
+MAP_BATCHES = [2 ** i for i in range(0, 14)]        # global batch 1 .. 8192
+
+
+def parse_projection(text: str) -> tuple[int, int]:
+    try:
+        n, b = (int(x) for x in text.split(":"))
+    except ValueError:
+        raise KitError(f"--project {text}: UNITS:LOCAL_BATCH, e.g. 512:2") from None
+    if n < 1 or b < 1:
+        raise KitError(f"--project {text}: both must be positive")
+    return n, b
+
+
+def analysis_inputs(site_sets, pub_sets, facts) -> tuple[list, list, dict, list[str]]:
+    """The convergence record (the published rounds the kit ships, the --published logs' and
+    the site's converged runs) and one Projector per site benchmark: on the official dataset
+    where the site ran the reference config (full-size samples), else on the site runs' own
+    dataset and convergence. Returns (published points, site points, projectors, notes)."""
+    from hpckit.results.analysis import load_record, record_points
+    from hpckit.results.project import Projector
+    shipped, _ = load_record()
+    pub = record_points(pub_sets, facts)
+    have = {(p.system, p.benchmark, p.global_batch_size, tuple(p.epochs)) for p in pub}
+    pub += [p for p in shipped if (p.system, p.benchmark, p.global_batch_size, tuple(p.epochs)) not in have]
+    site = record_points(site_sets, facts)
+    site_facts = [f for f in facts.values() if f.origin == "site"]
+    projectors, notes = {}, []
+    for bench in sorted({str(f.log.benchmark).lower() for f in site_facts}):
+        runs = [f for f in site_facts if str(f.log.benchmark).lower() == bench]
+        official = all(f.config == "reference" for f in runs)
+        try:
+            projectors[bench] = Projector.build(
+                bench, runs, pub + site if official else site,
+                "the published rounds" if official else "the site's converged runs",
+                "official" if official else "runs")
+        except KitError as e:
+            notes.append(f"{bench}: no projection ({e})")
+    return pub, site, projectors, notes
+
+
+def _plot_convergence(plt, pub: list, site: list, out: Path) -> None:
+    """Fig. 2b: epochs to converge against the global batch size, one point per set
+    (median, whisker min-max), the fitted curve and the p10-p90 of one run; a panel per
+    benchmark and dataset (the published official datasets, the site's own)."""
+    import numpy as np
+    from hpckit.results.analysis import fit_epochs
+    panels = sorted({(p.benchmark, p.dataset) for p in pub + site if p.division == "closed"},
+                    key=lambda k: (not k[1].startswith("official"), k))[:6]
+    cols = min(3, max(1, len(panels)))
+    rows = max(1, math.ceil(len(panels) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(4.6 * cols, 3.8 * rows), squeeze=False)
+    for ax in axes.ravel()[len(panels):]:
+        ax.set_visible(False)
+    rounds = sorted({p.round for p in pub if p.round})
+    cmap = plt.get_cmap("viridis", max(2, len(rounds)))
+    for ax, (bench, dataset) in zip(axes.ravel(), panels):
+        pts = [p for p in pub + site if p.benchmark == bench and p.dataset == dataset and p.division == "closed"]
+        for p in pts:
+            color = ORIGIN_COLORS["site"] if p.origin == "site" else cmap(rounds.index(p.round) if p.round in rounds
+                                                                          else 0)
+            med = p.median_epochs
+            ax.errorbar([p.global_batch_size], [med], yerr=[[med - min(p.epochs)], [max(p.epochs) - med]],
+                        fmt="s" if p.origin == "site" else "o", color=color, alpha=0.85, capsize=2,
+                        markersize=7 if p.origin == "site" else 4)
+        curve = fit_epochs(pts, bench, dataset)
+        if curve is not None:
+            bs = sorted({p.global_batch_size for p in pts})
+            xs = np.geomspace(bs[0] / 1.5, bs[-1] * 1.5, 60)
+            q = np.array([curve.quantiles(x) for x in xs])
+            ax.fill_between(xs, q[:, 0], q[:, 2], color="#999999", alpha=0.25, linewidth=0,
+                            label="one run, p10-p90")
+            ax.plot(xs, [curve.at(x) for x in xs], color="black", linewidth=1.2, label=curve.describe().split(";")[0]
+                    .split(": ", 1)[1])
+        ax.set_xscale("log", base=2)
+        ax.set_xlabel("global batch size")
+        ax.set_ylabel("epochs to converge")
+        ax.set_title(f"{bench} {dataset}: {len(pts)} sets", fontsize=9)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize=7, loc="upper left")
+    for i, r in enumerate(rounds):
+        axes.ravel()[0].plot([], [], "o", color=cmap(i), label=f"published {r}")
+    if site:
+        axes.ravel()[0].plot([], [], "s", color=ORIGIN_COLORS["site"], label="site")
+    axes.ravel()[0].legend(fontsize=7, loc="upper left")
+    fig.suptitle("Epochs to converge against global batch size (closed division; one point per set: median, "
+                 "whisker min-max)", fontsize=9)
+    fig.tight_layout()
+    _save(fig, out / "convergence.png")
+    plt.close(fig)
+
+
+def _plot_map(plt, projectors: dict, projections: list[tuple[int, int]], out: Path) -> list[dict]:
+    """Fig. 2d: the projected time to train (p50) of the site's system over compute units x
+    global batch size (epochs from the convergence curve at B, throughput from the system
+    model at N x B/N), the measured runs and the asked projections marked. Returns the
+    projections' figures (table#projections)."""
+    import numpy as np
+    from matplotlib.colors import LogNorm
+    rows = []
+    benches = sorted(projectors)
+    fig, axes = plt.subplots(1, max(1, len(benches)), figsize=(6.2 * max(1, len(benches)), 4.8), squeeze=False)
+    if not benches:
+        axes[0][0].text(0.5, 0.5, "no site run to project from", ha="center", va="center")
+        axes[0][0].set_axis_off()
+    for ax, bench in zip(axes[0], benches):
+        pj = projectors[bench]
+        grid = np.full((len(MAP_BATCHES), len(MAP_UNITS)), np.nan)
+        for j, n in enumerate(MAP_UNITS):
+            for i, batch in enumerate(MAP_BATCHES):
+                if batch >= n:
+                    grid[i, j] = pj.time_s(n, batch / n, pj.curve.at(batch)) / 60.0
+        finite = grid[np.isfinite(grid)]
+        mesh = ax.pcolormesh(range(len(MAP_UNITS) + 1), range(len(MAP_BATCHES) + 1), grid, cmap="magma_r",
+                             norm=LogNorm(vmin=finite.min(), vmax=finite.max()), shading="flat")
+        fig.colorbar(mesh, ax=ax, label="projected time to train, p50 (min)")
+        cs = ax.contour(np.arange(len(MAP_UNITS)) + 0.5, np.arange(len(MAP_BATCHES)) + 0.5, grid,
+                        levels=np.geomspace(finite.min(), finite.max(), 6)[1:-1], colors="white", linewidths=0.6)
+        ax.clabel(cs, fmt=lambda v: f"{v:.3g} min", fontsize=6)
+        pos = lambda v, axis: math.log2(v) + 0.5  # noqa: E731   cell centres on the log2 grid
+        for u, lb, _, _, _ in pj.system.points:
+            ax.plot(pos(u, 0), pos(u * lb, 1), "o", color=ORIGIN_COLORS["site"], markeredgecolor="white")
+        for n, b in projections:
+            r = pj.predict(n, b)
+            rows.append(r)
+            t = r["time_to_train_min"]
+            if n <= MAP_UNITS[-1] and n * b <= MAP_BATCHES[-1]:
+                ax.plot(pos(n, 0), pos(n * b, 1), "*", color="#00e5ff", markersize=14, markeredgecolor="black")
+                ax.annotate(f"{n} x {b}: {t['p50']:.3g} min", (pos(n, 0), pos(n * b, 1)), xytext=(6, 6),
+                            textcoords="offset points", fontsize=7, color="black",
+                            bbox={"boxstyle": "round", "fc": "white", "alpha": 0.8})
+        ax.set_xticks(np.arange(len(MAP_UNITS)) + 0.5, [str(u) for u in MAP_UNITS], fontsize=7)
+        ax.set_yticks(np.arange(len(MAP_BATCHES)) + 0.5, [str(b) for b in MAP_BATCHES], fontsize=7)
+        ax.set_xlabel("compute units")
+        ax.set_ylabel("global batch size")
+        ax.set_title(f"{bench}, dataset {pj.dataset} (models: the list under the figure)", fontsize=8)
+    fig.suptitle("Projected time to train of the site's system (dots: measured runs, stars: --project)",
+                 fontsize=9)
+    fig.tight_layout()
+    _save(fig, out / "projection.png")
+    plt.close(fig)
+    return rows
+
+
+def _breakdown_rows(views: list[SetView]) -> list[str]:
+    from hpckit.results.analysis import median
+    out = []
+    for v in views:
+        fs = v.counted or v.facts
+        m = lambda attr: median([getattr(f, attr) for f in fs])  # noqa: E731
+        units = m("compute_units")
+        per = lambda x: x / units if x is not None and units else None  # noqa: E731
+        cells = [v.label, m("init_s"), m("staging_s"), m("steady_epoch_s"), m("warmup_s"), m("eval_each_s"),
+                 median([f.eval_share for f in fs]), m("staging_epoch_ratio"), per(m("steady_throughput")),
+                 per(m("eval_throughput")), m("unit_hours")]
+        out.append(f'<tr class="{v.origin}"><td class="name">{html.escape(cells[0])}</td>'
+                   + "".join(_cell(c, "{:.3g}") for c in cells[1:]) + "</tr>")
+    return out
+
+
+def _projection_rows(rows: list[dict]) -> list[str]:
+    out = []
+    for r in rows:
+        t, e, p = r["time_to_train_min"], r["epochs"], r["parts_s"]
+        cells = [r["benchmark"], r["dataset"], r["units"], r["local_batch"], r["global_batch_size"], t["p50"], t["p10"],
+                 t["p90"], e["p50"], p["epoch"], p["eval_per_epoch"], r["throughput"]["per_unit"],
+                 "; ".join(r["extrapolated"]) or "no"]
+        out.append('<tr class="projection">' + "".join(_cell(c, "{:.3g}") if isinstance(c, float) else
+                                                       f"<td>{html.escape(str(c))}</td>" for c in cells) + "</tr>")
+    return out
+
+
+def analysis_section(pub, site, projectors, notes, views, projection_rows) -> str:
+    from hpckit.results.analysis import fit_epochs
+    fits = []
+    for bench, dataset in sorted({(p.benchmark, p.dataset) for p in pub + site if p.division == "closed"}):
+        c = fit_epochs(pub + site, bench, dataset)
+        if c is not None:
+            fits.append(f"<li>{html.escape(c.describe())}</li>")
+    models = "".join(f"<li>{html.escape(b)}: {html.escape(p.system.describe())}; epochs from "
+                     f"{html.escape(p.source)} ({html.escape(p.curve.describe())})</li>" for b, p in projectors.items())
+    return "\n".join([
+        "<h2>The paper's analysis</h2>",
+        '<p class="note">After the MLPerf HPC paper (SC\'21 workshops, section 4): time to solution = staging + '
+        "epochs(global batch) x (epoch + evaluation) + set-up. Fig. 1 is the time to solution breakdown above "
+        "(<code>tts.png</code>); Fig. 2c the throughput against compute units (<code>scaling.png</code>). "
+        "<code>hpckit analyze</code> and <code>hpckit project</code> print the same figures.</p>",
+        "<h3>Breakdown per set</h3>",
+        _table("breakdown", ["set", "init (s)", "staging (s)", "epoch, steady (s)", "warm-up (s)",
+                             "one evaluation (s)", "eval share", "staging / epoch", "train samples/s per unit",
+                             "eval samples/s per unit", "unit-hours per run"], _breakdown_rows(views)),
+        "<h3>Epochs to converge against batch size (Fig. 2b)</h3>",
+        '<img id="plot-convergence" src="convergence.png" alt="epochs to converge against global batch size '
+        'with the fitted curve">',
+        f'<ul id="curves">{"".join(fits)}</ul>',
+        "<h3>Projected time to train of the site's system (Fig. 2d)</h3>",
+        '<img id="plot-projection" src="projection.png" alt="projected time to train over compute units and '
+        'global batch size">',
+        f'<ul id="models">{models}</ul>' + "".join(f'<p class="note">{html.escape(n)}</p>' for n in notes),
+        _table("projections", ["benchmark", "dataset", "units", "local batch", "global batch", "p50 (min)",
+                               "p10 (min)", "p90 (min)", "epochs p50", "epoch (s)", "evaluation per epoch (s)",
+                               "train samples/s per unit", "extrapolated"], _projection_rows(projection_rows)),
+    ])
+
+
 def _cell(value, fmt: str = "{:.2f}", cls: str = "") -> str:
     c = f' class="{cls}"' if cls else ""
     if value is None:
@@ -585,7 +795,7 @@ def _targets_text() -> str:
     return ", ".join(f"{b} {m} {op} {t}" for b, (m, op, t) in TARGETS.items())
 
 
-def render_html(title, site_sets, pub_sets, views, facts, perf_rows, inputs, runs_of=()) -> str:
+def render_html(title, site_sets, pub_sets, views, facts, perf_rows, inputs, runs_of=(), analysis="") -> str:
     facts_list = list(facts.values())
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
     hidden = sum(shown_sets(views, b)[1] for b in _bench_order(views))
@@ -634,6 +844,7 @@ def render_html(title, site_sets, pub_sets, views, facts, perf_rows, inputs, run
         '<p class="note">Epoch throughput = train_samples / mean epoch time without evaluation. '
         "Compute units = nodes x accelerators per node (CPU runs: ranks). One point per set.</p>",
         '<img id="plot-scaling" src="scaling.png" alt="epoch throughput and epochs to converge against batch size and compute units">',
+        analysis,
         "<h2>Compute budget</h2>",
         '<p class="note">unit-hours = time to train x compute units; per result from the score, '
         "and spent by all runs of the set.</p>",
@@ -714,6 +925,7 @@ def pick_set(views: list[SetView], want: str) -> SetView:
 def main(args) -> int:
     from hpckit.common.fileio import atomic_write_json, atomic_write_text, ensure_new_dir
 
+    projections = [parse_projection(t) for t in args.project]
     site_yaml = site_desc = None
     if args.site:
         from hpckit.results.package import load_system_yaml, resolve_site
@@ -744,6 +956,10 @@ def main(args) -> int:
     runs_of = [pick_set(views, want) for want in args.runs_of]
     _plot_tts(plt, views, out)
     _plot_scaling(plt, views, out)
+    pub_points, site_points, projectors, notes = analysis_inputs(site_sets, pub_sets, facts)
+    _plot_convergence(plt, pub_points, site_points, out)
+    projection_rows = _plot_map(plt, projectors, projections, out)
+    analysis = analysis_section(pub_points, site_points, projectors, notes, views, projection_rows)
     _plot_history(plt, perf_rows, out)
     for i, v in enumerate(runs_of):
         _plot_runs(plt, v, out, f"runs-{i}.png")
@@ -751,7 +967,7 @@ def main(args) -> int:
     inputs = [f"site: {a}" for a in args.runs] + [f"published: {a}" for a in args.published] \
         + [f"perflog: {a}" for a in args.perflog] + ([f"site profile: {site_yaml}"] if site_yaml else [])
     atomic_write_text(out / "index.html", render_html(args.title, site_sets, pub_sets, views, facts, perf_rows,
-                                                      inputs, runs_of))
+                                                      inputs, runs_of, analysis))
     from hpckit.results.score import to_json
     atomic_write_json(out / "scores.json", {"site": to_json(site_sets), "published": to_json(pub_sets)})
     for s in site_sets + pub_sets:
