@@ -10,6 +10,7 @@ across it:
   Slurm writes as the two groups cn[01-02],gpu1), the kit's parser against scontrol;
 * staging: each node stages its share into its own scratch and trains from it alone;
 * a 2-node TensorFlow run with the cyclic distribution;
+* a throughput campaign of 3 instances, one per node, scored as a weak set;
 * faults: every rank of one node killed mid-training; one node's scratch full;
 * the `slurm-multinode` ReFrame profile: every check and framework across the 3 nodes.
 
@@ -337,6 +338,38 @@ def test_tensorflow_across_nodes_with_the_cyclic_distribution(cluster, mini_data
     assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
     summary = json.loads((out / "summary.json").read_text())
     assert (summary["converged"], summary["ranks"], summary["nodes"], summary["dist"]) == (True, 4, 2, "tf"), summary
+
+
+def test_a_campaign_across_the_nodes(cluster, deepcam_data, tmp_path):
+    """A throughput campaign of 3 instances x 1 rank in one allocation of 3 nodes: each
+    instance on its own node (where srun put its rank, as the roll call found it), staging
+    into that node's scratch at the same time as the others, and `hpckit score` takes the
+    campaign as one weak set of 3 models of instance scale 1."""
+    out = tmp_path / "out"
+    proc = cluster.login(*train_cmd(deepcam_data, out, cluster.scratch, "-N", 3, "-n", 3), "--instances", 3,
+                         "--set", "train.target_iou=0.5", timeout=900)   # a near target: the point is where they run
+    assert proc.returncode in (0, 3), (proc.stdout + proc.stderr)[-4000:]
+    hosts, starts, staging = set(), [], []
+    for i in range(3):
+        summary = json.loads((out / f"instance_{i}" / "summary.json").read_text())
+        assert (summary["instance"], summary["instances"], summary["ranks"], summary["nodes"]) == (i, 3, 1, 1)
+        assert summary["campaign_ranks"] == 3 and summary["launcher"] == "slurm"
+        hosts.add(summary["provenance"]["host"]["name"])
+        events = _events(out / f"instance_{i}" / "mlperf.log")
+        starts.append(next(e["time_ms"] for e in events if e["key"] == "run_start"))
+        stop = next(e for e in events if e["key"] == "staging_stop")
+        assert stop["metadata"]["staged"] is True
+        staging.append((next(e["time_ms"] for e in events if e["key"] == "staging_start"), stop["time_ms"]))
+        assert all(e.get("metadata", {}).get("instance") == i for e in events if e["key"] in ("run_start", "run_stop"))
+    assert hosts == set(NAMES), hosts
+    assert max(starts) - min(starts) < 2000, starts          # the start barrier
+    # the three nodes staged at once, each from the shared copy into its own scratch
+    assert max(a for a, _ in staging) < min(b for _, b in staging), staging
+    js = tmp_path / "score.json"
+    score = run_hpckit("score", out, "--json", js)
+    (s,) = json.loads(js.read_text())["sets"]
+    assert (s["score"]["kind"], s["score"]["number_of_models"], s["score"]["instance_scale"]) == ("weak", 3, 1), \
+        score.stdout
 
 
 def test_a_node_lost_mid_training(cluster, deepcam_data, tmp_path):
