@@ -386,6 +386,8 @@ class MLPerfCampaign(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
     config = variable(str, value='mini')
     seed = variable(int, value=0)          # instance i trains with seed + i
     overrides = variable(typ.List[str], value=[])
+    stage_dir = variable(str, value='')    # node-local staging (the partition's stage_dir); '': <stagedir>/staged
+    threads = variable(int, value=0)       # --threads per rank (the partition's `threads`); 0: the kit's plan
     valid_systems = ['+campaign']
     valid_prog_environs = ['+hpckit']
     executable = 'hpckit'
@@ -403,6 +405,9 @@ class MLPerfCampaign(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
         if 'ranks_per_node' in extras:
             self.num_tasks_per_node = int(extras['ranks_per_node'])
         self.overrides = [*self.overrides, *extras.get('overrides', {}).get(self.benchmark, [])]
+        # as a training check: node-local staging and the threads per rank of the partition
+        self.stage_dir = os.path.join(extras['stage_dir'], self.unique_name) if extras.get('stage_dir') else 'staged'
+        self.threads = int(extras.get('threads', 0))
 
     @run_before('run')
     def set_command(self):
@@ -411,7 +416,8 @@ class MLPerfCampaign(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
         self.executable_opts = [
             'train', self.benchmark, '--data', self.dataset.path, '--config', self.config,
             '--framework', self.framework, '--output-dir', 'out', '--seed', str(self.seed),
-            '--instances', str(self.instances), '--stage-dir', 'staged',
+            '--instances', str(self.instances), '--stage-dir', self.stage_dir,
+            *(['--threads', str(self.threads)] if self.threads else []),
             *(x for o in self.overrides for x in ('--set', o))]
         ruleset = 'mini' if self.config == 'mini' else 'hpc-3.0.0'
         self.postrun_cmds = [

@@ -37,7 +37,8 @@ site_configuration = venv_configuration(
         # --ntasks=ranks with --ntasks-per-node=ranks_per_node: Slurm spreads a training's
         # ranks over the nodes; the dataset jobs (one task) take one node
         'access': [f"--partition={env('HPCKIT_SLURM_PARTITION', 'batch')}"],
-        'features': ['mlperf'],
+        # campaign: reframe_checks/campaign.py runs here too (3 instances x 1 rank: one per node)
+        'features': ['mlperf', 'campaign'],
         'max_jobs': 1,
         'time_limit': '30m',
         'extras': {'ranks': NODES * RANKS_PER_NODE, 'ranks_per_node': RANKS_PER_NODE, 'local_batch_size': 3,
