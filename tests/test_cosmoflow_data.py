@@ -134,3 +134,46 @@ def test_mini_target_is_at_most_half_the_trivial_predictor(mini_data):
     target = load_config("cosmoflow", "mini")["train"]["target_mae"]
     assert 0.45 < trivial < 0.55
     assert target <= trivial / 2, (target, trivial)
+
+
+def test_decode_at_staging_writes_what_the_loader_would_read(tmp_path):
+    """data.stage_decode: every staged sample is the (x, y) read_sample gives of the TFRecord
+    it came from, as npy pairs the npy loader reads; a corrupted record is named, file first."""
+    ds = small(tmp_path, n_train=6, n_valid=2)
+    split = data.find_dataset(ds, 6, 2)["train"]
+    dest = tmp_path / "stage" / "train"
+    (tmp_path / "stage").mkdir()
+    written = data.decode_into(split, dest, 16)
+    staged = data.decoded(split, dest)
+    assert staged.fmt == "npy" and written == sum(p.stat().st_size for p in staged.all_paths())
+    for i in range(len(split)):
+        x0, y0 = data.read_sample(split, i, 16)
+        x1, y1 = data.read_sample(staged, i, 16)
+        assert x1.dtype == np.int16 and np.array_equal(x0, x1) and np.array_equal(y0, y1)
+    bad = split.files[4]
+    raw = bytearray(bad.read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    bad.write_bytes(bytes(raw))
+    with pytest.raises(data.KitError, match=str(bad)):
+        data.decode_into(split, tmp_path / "stage" / "again", 16)
+
+
+def test_training_reads_the_decoded_copy(tmp_path, mini_data):
+    """hpckit train --set data.stage_decode=true: staging decodes (logged), the run trains
+    from npy files in its own stage directory and converges as from the TFRecords."""
+    stage, out = tmp_path / "stage", tmp_path / "out"
+    stage.mkdir()
+    proc = run_hpckit("train", "cosmoflow", "--data", mini_data, "--config", "mini", "--framework", "pytorch",
+                      "--output-dir", out, "--seed", 1, "--stage-dir", stage, "--keep-staged",
+                      "--set", "data.stage_decode=true", "--set", "train.n_epochs=2", timeout=900)
+    assert proc.returncode in (0, 3), proc.stderr[-3000:]
+    events = [json.loads(ln.split(":::MLLOG ", 1)[1]) for ln in (out / "mlperf.log").read_text().splitlines()
+              if ":::MLLOG " in ln]
+    stop = next(e for e in events if e["key"] == "staging_stop")
+    assert stop["metadata"]["written_as"] == "decoded" and stop["metadata"]["staged"] is True
+    config = next(e for e in events if e["key"] == "hpckit_config")["value"]
+    assert config["data.stage_decode"] is True
+    (root,) = stage.glob("hpckit-stage-*")
+    assert len(list((root / "train").glob("*.tfrecord.x.npy"))) == len(list((root / "train").glob("*.y.npy"))) == 1024
+    assert not list((root / "train").glob("*.tfrecord")), "the records were copied as well as decoded"
+    assert json.loads((out / "summary.json").read_text())["epochs"] == 2

@@ -124,6 +124,16 @@ class EpochSampler:
 
 
 @dataclass
+class StageAs:
+    """A split staged in another form than copies of its files: `write(split, dest)` makes
+    the node's share in the new directory dest (bytes written), `relocate(split, dest)` is
+    the split every rank then reads from dest (names only: ranks other than the node's
+    local rank 0 compute it without waiting for the files)."""
+    write: Callable
+    relocate: Callable
+
+
+@dataclass
 class Reading:
     """What one rank reads of one split: the pool of files it draws from (the node's staged
     copy, or the whole split when not staging) and its sampler into that pool."""
@@ -452,12 +462,15 @@ class MLPerfRun:
         self.log.end(C.INIT_STOP)
         self.log.start(C.RUN_START)
 
-    def stage(self, shares: dict[str, list[Path]], stage_dir: Path | None) -> dict[str, Path] | None:
+    def stage(self, shares: dict[str, list[Path]], stage_dir: Path | None,
+              write: Callable[[str, Path], int] | None = None) -> dict[str, Path] | None:
         """Copy this node's share of each split inside the clock, as the reference does: the
         node's local rank 0 copies, every rank waits for all nodes. The copies go into a
         directory this run creates, STAGE_DIR/hpckit-stage-<run token>/<split>, never into
         anything already in STAGE_DIR, and are removed when the run ends (--keep-staged
-        keeps them). Returns the staged directories, or None when not staging."""
+        keeps them). `write(split, dest)`, where given, stages a split in a form of its own
+        instead of copying its files (CosmoFlow's data.stage_decode). Returns the staged
+        directories, or None when not staging."""
         import secrets
         self.log.start(C.STAGING_START)
         watch = staging.Stopwatch()
@@ -472,7 +485,8 @@ class MLPerfRun:
                 try:
                     self.staged_made = staging.make_own_dir(root)
                     for split, files in shares.items():
-                        nbytes += staging.copy_files(files, dest[split])
+                        nbytes += (write(split, dest[split]) if write is not None
+                                   else staging.copy_files(files, dest[split]))
                 except KitError as e:   # which node's scratch failed, on a job of many
                     raise KitError(f"node {socket.gethostname()}: staging: {e}") from None
             copy_s = watch.elapsed()   # this node's own copy (local rank 0), before waiting for the others
@@ -492,6 +506,7 @@ class MLPerfRun:
         self.used["staging_read_bytes"] = read_all
         self.used["staging_read_MBps"] = usage.mb_per_s(read_all, self.staging_s) if dest is not None else None
         self.log.end(C.STAGING_STOP, metadata={"staging_duration": self.staging_s, "staged": dest is not None,
+                                                "written_as": "decoded" if dest is not None and write else "copies",
                                                 "bytes": nbytes, "stage_dir": str(root) if root else None,
                                                 "read_bytes_all_ranks": read_all})
         return dest
@@ -502,18 +517,22 @@ class MLPerfRun:
         self.staged_made = []
 
     def stage_and_shard(self, files: dict, per_rank: int, dropped: int, unit: int, stage_dir: Path | None,
-                        shuffle: bool) -> dict[str, Reading]:
+                        shuffle: bool, stage_as: StageAs | None = None) -> dict[str, Reading]:
         """Staging, then what each rank reads of each split (both benchmarks): the node's
         share copied to node-local storage inside the clock (stage), each rank drawing its
         per-epoch shard from the node's copy, or from the whole split when not staging
-        (EpochSampler); every rank takes per_rank training samples, `unit` per step."""
+        (EpochSampler); every rank takes per_rank training samples, `unit` per step.
+        `stage_as`: the node's share staged in another form than copies (StageAs)."""
         ranks = self.ranks
         on_node = {name: node_share(split, ranks) for name, split in files.items()}
-        staged = self.stage({name: s.all_paths() for name, s in on_node.items()}, stage_dir)
+        write = (lambda name, dest: stage_as.write(on_node[name], dest)) if stage_as is not None else None
+        staged = self.stage({name: s.all_paths() for name, s in on_node.items()}, stage_dir, write)
         reading = {}
         for name, split in files.items():
             if staged is not None:
-                pool, index, count = on_node[name].relocated(staged[name]), ranks.local_rank, ranks.local_size
+                pool = (stage_as.relocate(on_node[name], staged[name]) if stage_as is not None
+                        else on_node[name].relocated(staged[name]))
+                index, count = ranks.local_rank, ranks.local_size
             else:
                 pool, index, count = split, ranks.rank, ranks.size
             train = name == "train"

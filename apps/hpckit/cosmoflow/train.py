@@ -19,7 +19,7 @@ from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
 from hpckit.common.mllog import HPC, C
 from hpckit.common.native_log import divert_native_stderr
 from hpckit.common.fileio import ensure_writable_dir
-from hpckit.common.run import (LogStyle, MLPerfRun, Quality, check_finite, claim_output_dir, diagnosed,
+from hpckit.common.run import (LogStyle, MLPerfRun, Quality, StageAs, check_finite, claim_output_dir, diagnosed,
                                equal_train_split, launch)
 from hpckit.cosmoflow import BENCHMARK, DESCRIPTOR, data
 from hpckit.cosmoflow.model_spec import validate_model_config
@@ -32,6 +32,7 @@ def validate_config(cfg: dict) -> None:
     for key in ("sample_size", "n_train", "n_valid", "batch_size", "prefetch"):
         require(d[key] >= 1, f"data.{key}", f"must be >= 1 (got {d[key]})")
     require(d["loader_workers"] >= 0, "data.loader_workers", "must be >= 0")
+    require(isinstance(d["stage_decode"], bool), "data.stage_decode", f"must be true or false (got {d['stage_decode']!r})")
     require(cfg["optimizer"]["name"].lower() == "sgd", "optimizer.name", "CosmoFlow closed division uses sgd")
     require(0.0 <= cfg["optimizer"]["momentum"] < 1.0, "optimizer.momentum", "must be in [0, 1)")
     require(lr["base_lr"] >= 0.0, "lr_schedule.base_lr", f"must be >= 0 (got {lr['base_lr']})")
@@ -297,8 +298,14 @@ def train(args) -> int:
         backend = BACKENDS[args.framework](cfg, launched, run.out_dir)
         run.start_run()
 
+        stage_as = None
+        if cfg["data"]["stage_decode"] and files["train"].fmt == "tfrecord":
+            # decoded once at staging, read as npy every epoch (a named deviation: the
+            # reference stages copies; docs/differences-from-reference.md)
+            size = cfg["data"]["sample_size"]
+            stage_as = StageAs(write=lambda split, dest: data.decode_into(split, dest, size), relocate=data.decoded)
         reading = run.stage_and_shard(files, per_rank, dropped, cfg["data"]["batch_size"], launched.stage_dir,
-                                      cfg["data"]["shuffle"])
+                                      cfg["data"]["shuffle"], stage_as)
         train_data, valid_data = backend.loaders(reading)
 
         def train_epoch(epoch: int) -> tuple[int, float]:
