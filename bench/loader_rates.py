@@ -165,9 +165,9 @@ def main() -> int:
         worst = max((r for r in rows if r["workers"] == 1 and r["fmt"] != "gzip-tfrecord"),
                     key=lambda r: r["h100_cores"], default=None)
         if worst is not None:
-            print(f"# the most cores per H100 a format the kit trains from needs: {math.ceil(worst['h100_cores'])} "
-                  f"({worst['bench']} {worst['fmt']}); gzip-tfrecord read every epoch: "
-                  f"{math.ceil(one[('cosmoflow', 'gzip-tfrecord')]['h100_cores'])}")
+            print(f"# with GZIP TFRecords decoded at staging (data.stage_decode), the most cores per H100 any format "
+                  f"needs: {math.ceil(worst['h100_cores'])} ({worst['bench']} {worst['fmt']}); GZIP TFRecords inflated "
+                  f"every epoch: {math.ceil(one[('cosmoflow', 'gzip-tfrecord')]['h100_cores'])}")
     finally:
         if args.keep:
             print(f"# datasets kept: {work}")
