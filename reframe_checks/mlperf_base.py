@@ -347,7 +347,7 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
     @performance_function('GFLOP/s')
     def flops_per_rank(self):
         # the network's training FLOPs per sample x samples/s, per rank (hpckit/common/flops.py)
-        return (self.summary['usage'].get('train_flops_per_s_per_rank') or 0) / 1e9
+        return (self.summary['usage']['train_flops_per_s_per_rank'] or 0) / 1e9
 
 @sn.deferrable
 def assert_campaign(instances, stdout, ruleset):

@@ -198,3 +198,31 @@ def test_provenance_cost_prints_every_part():
     bad = subprocess.run([sys.executable, str(REPO / "bench" / "provenance_cost.py"), "--repeat", "0"],
                          capture_output=True, text=True, timeout=60)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1 and "--repeat 0" in bad.stderr
+
+
+@pytest.mark.parametrize("args,named", [(["--workers", "0"], "--workers '0'"), (["--workers", "a"], "--workers 'a'"),
+                                        (["--cosmoflow", "2"], "--cosmoflow")])
+def test_loader_rates_bad_argument_is_one_line(args, named):
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "loader_rates.py"), *args],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and named in proc.stderr, proc.stderr
+
+
+def test_loader_rates_prints_every_format():
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "loader_rates.py"), "--cosmoflow", "8", "--deepcam", "4",
+                           "--workers", "1"], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.startswith("# host ") and " flags " in proc.stdout.splitlines()[0]
+    for bench, fmt in (("cosmoflow", "gzip-tfrecord"), ("cosmoflow", "npy"), ("cosmoflow", "stage-decoded"),
+                       ("deepcam", "hdf5")):
+        assert re.search(rf"^{bench}\s+{fmt}\s+1\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+(fits|does NOT fit)",
+                         proc.stdout, re.M), (bench, fmt, proc.stdout)
+    assert re.search(rf"^cosmoflow\s+staging decode\s+1\s+{NUMBER}", proc.stdout, re.M), proc.stdout
+    assert "stage-decoded against gzip-tfrecord, per core with 1 worker:" in proc.stdout
+
+
+@pytest.mark.parametrize("args,named", [(["--runs", "0"], "--runs 0"), (["--capped-epochs", "0"], "--capped-epochs 0")])
+def test_projection_onmachine_bad_argument_is_one_line(args, named):
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "projection_onmachine.py"), *args],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and named in proc.stderr, proc.stderr

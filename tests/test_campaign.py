@@ -147,3 +147,30 @@ def test_instances_that_do_not_split_the_ranks_are_one_line(tmp_path):
         "hpckit train: error: --instances 3: the launch's 1 ranks (none) do not split into 3 instances of "
         "equal size; launch instances x ranks-per-instance ranks"]
     assert not (tmp_path / "out").exists()
+
+
+def test_a_tensorflow_campaign_gives_each_instance_its_own_workers(tmp_path, mini_data):
+    """CosmoFlow on TensorFlow, M = 2 instances of S = 2 ranks in one mpirun: each
+    instance's tf.distribute worker list is its own two ranks (MultiWorkerMirroredStrategy
+    per instance, not one of four), the replicas of each instance agree, and both logs are
+    the campaign's."""
+    need("mpirun")
+    out = tmp_path / "campaign"
+    stage = tmp_path / "stage"
+    stage.mkdir()
+    port = free_port(span=4 + 2 * 3)
+    command = ["mpirun", "-np", "4", "--oversubscribe", "--bind-to", "none", "-x", "PATH", "-x", "PYTHONPATH",
+               "-x", f"MASTER_PORT={port}", "-x", "TF_CPP_MIN_LOG_LEVEL", sys.executable, "-m", "hpckit", "train",
+               "cosmoflow", "--framework", "tensorflow", "--data", str(mini_data), "--config", "mini",
+               "--output-dir", str(out), "--seed", "1", "--instances", "2", "--threads", "1", "--stage-dir", str(stage),
+               "--set", "train.n_epochs=1", "--set", "data.batch_size=4"]
+    env = {**os.environ, **ROOT_ENV, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
+    assert proc.returncode in (0, 3), proc.stderr[-3000:]   # 3: one epoch is short of the target
+    for i in range(2):
+        s = json.loads((out / f"instance_{i}" / "summary.json").read_text())
+        assert (s["instance"], s["instances"], s["ranks"], s["campaign_ranks"], s["dist"]) == (i, 2, 2, 4, "tf"), s
+        assert s["epochs"] == 1 and s["replicas_in_sync"] is True and s.get("error") is None, s
+        recs = records(out / f"instance_{i}" / "mlperf.log")
+        assert first(recs, "global_batch_size")["value"] == 8
+        assert first(recs, "run_start")["metadata"]["instance"] == i

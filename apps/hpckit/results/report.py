@@ -480,12 +480,15 @@ def analysis_inputs(site_sets, pub_sets, facts) -> tuple[list, list, dict, list[
     the site's converged runs) and one Projector per site benchmark: on the official dataset
     where the site ran the reference config (full-size samples), else on the site runs' own
     dataset and convergence. Returns (published points, site points, projectors, notes)."""
-    from hpckit.results.analysis import load_record, record_points
+    from hpckit.results.analysis import load_record, record_points, same_submitter
     from hpckit.results.project import Projector
     shipped, _ = load_record()
     pub = record_points(pub_sets, facts)
-    have = {(p.system, p.benchmark, p.global_batch_size, tuple(p.epochs)) for p in pub}
-    pub += [p for p in shipped if (p.system, p.benchmark, p.global_batch_size, tuple(p.epochs)) not in have]
+    # a --published set the shipped record holds already (the same submitter's runs at the
+    # same batch with the same epochs; the system may be named by its folder or by its logs)
+    have = {(p.benchmark, p.dataset, p.global_batch_size, tuple(p.epochs)): p.org for p in pub}
+    pub += [p for p in shipped
+            if not same_submitter(have.get((p.benchmark, p.dataset, p.global_batch_size, tuple(p.epochs)), ""), p.org)]
     site = record_points(site_sets, facts)
     site_facts = [f for f in facts.values() if f.origin == "site"]
     projectors, notes = {}, []
