@@ -406,8 +406,12 @@ def _podman_hpc(local_image, env) -> str | None:
                PODMANHPC_GRAPH_ROOT=str(work / "storage"), PODMANHPC_RUN_ROOT=str(work / "run"),
                PODMANHPC_CONFIG_HOME=str(work / "phpc"), HPCKIT_PODMAN_HPC_IMAGE=IMAGE)
     t0 = time.monotonic()
+    # podman-hpc finds mksquashfs.static and its fuse-overlayfs-wrap on PATH (the venv's
+    # bin/ is not on it under `make test`; the profile's jobs put it first)
+    venv_bin = str(Path(_which("podman-hpc")).parent)
     # migrate exits 0 whatever happened: the squash file is the proof
-    proc = _run([_which("podman-hpc"), "migrate", IMAGE], timeout=900, env={**os.environ, **env})
+    proc = _run([_which("podman-hpc"), "migrate", IMAGE], timeout=900,
+                env={**os.environ, **env, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"})
     squashed = list((work / "squash" / "overlay" / "l").glob("*.squash"))
     assert len(squashed) == 1, f"podman-hpc migrate made no squash file:\n{proc.stdout}\n{proc.stderr}"
     print(f"\npodman-hpc migrate: {time.monotonic() - t0:.0f} s, "
