@@ -117,36 +117,53 @@ def run_extras(data_dir, stage_dir, ranks_per_node, nodes):
 
 IMAGE_VERSION = '0.1.0'    # the kit version in the default image names
 
-# The container runtimes a target profile can offer as ReFrame environments beside `spack`
-# (the profile's Spack environment): environment name -> (container platform, as
+# The container runtimes a profile can offer as ReFrame environments beside `spack` (the
+# profile's Spack environment): environment name -> (container platform, as
 # reframe_checks/profile_environment.py reads it from the environment's extras and as the
 # partition lists it; the HPCKIT_* variable naming the image; the default image, where
-# {images} is <data>/images and {profile} the profile's name). Adding a runtime is one line
-# here; a profile offers the ones its site has (target_configuration's `runtimes`).
+# {images} is <data>/images and {target} the image's target, e.g. the profile's name).
+# Adding a runtime is one line here (and, where ReFrame has no platform for it, one class
+# in profile_environment.py); a profile offers the ones its site has (`runtimes`).
 CONTAINER_RUNTIMES = {
-    'apptainer': ('Apptainer', 'HPCKIT_IMAGE', '{images}/hpckit-{profile}-{version}.sif'),
-    'sarus': ('Sarus', 'HPCKIT_SARUS_IMAGE', 'hpckit/{profile}:{version}'),
+    'apptainer': ('Apptainer', 'HPCKIT_IMAGE', '{images}/hpckit-{target}-{version}.sif'),
+    'sarus': ('Sarus', 'HPCKIT_SARUS_IMAGE', 'hpckit/{target}:{version}'),
+    # NERSC's podman-hpc: the image built by Podman and moved to its squashfs store
+    # (podman-hpc migrate), whose folder is the site's SQUASH_DIR
+    'podman-hpc': ('PodmanHPC', 'HPCKIT_PODMAN_HPC_IMAGE', 'localhost/hpckit:{target}'),
+    # Charliecloud: an image directory (ch-image build, then ch-convert to a directory)
+    'charliecloud': ('Charliecloud', 'HPCKIT_CH_IMAGE', '{images}/hpckit-{target}-{version}'),
+    # enroot + pyxis: srun --container-image, the image an enroot squashfs (enroot import)
+    'pyxis': ('Pyxis', 'HPCKIT_ENROOT_IMAGE', '{images}/hpckit-{target}-{version}.sqsh'),
 }
 
 
-def _environment(name, extras):
+def _environment(name, extras, env_vars=(('PYTHONUNBUFFERED', '1'),)):
     return {'name': name, 'features': ['hpckit'],
-            'env_vars': [['PYTHONUNBUFFERED', '1']], 'extras': extras}
+            'env_vars': [list(v) for v in env_vars], 'extras': extras}
+
+
+def container_environments(runtimes, images, target, frameworks=None,
+                           env_vars=(('PYTHONUNBUFFERED', '1'),)):
+    """One environment per container runtime in `runtimes` (names in CONTAINER_RUNTIMES):
+    the image from the runtime's HPCKIT_* variable, else its default under `images`;
+    `frameworks`: those the image has, where it lacks one (the other variants skip)."""
+    envs = []
+    for name in runtimes:
+        platform, variable, default = CONTAINER_RUNTIMES[name]
+        image = env(variable, default.format(images=images, target=target, version=IMAGE_VERSION))
+        extras = {'container_platform': platform, 'container_image': image}
+        if frameworks:
+            extras['frameworks'] = list(frameworks)
+        envs.append(_environment(name, extras, env_vars))
+    return envs
 
 
 def hpckit_environments(profile_dir, runtimes, data_dir):
     """`spack` (the profile's Spack environment) and one environment per container runtime
-    in `runtimes` (names in CONTAINER_RUNTIMES): the same checks natively or in the kit's
-    image, the image from the runtime's HPCKIT_* variable or its default under `data_dir`."""
-    profile = os.path.basename(profile_dir)
-    envs = [_environment('spack', {'spack_env': profile_dir})]
-    for name in runtimes:
-        platform, variable, default = CONTAINER_RUNTIMES[name]
-        image = env(variable, default.format(images=os.path.join(data_dir, 'images'),
-                                             profile=profile, version=IMAGE_VERSION))
-        envs.append(_environment(name, {'container_platform': platform,
-                                        'container_image': image}))
-    return envs
+    in `runtimes`: the same checks natively or in the kit's image for this profile."""
+    return [_environment('spack', {'spack_env': profile_dir}),
+            *container_environments(runtimes, os.path.join(data_dir, 'images'),
+                                    os.path.basename(profile_dir))]
 
 
 def target_configuration(settings_file, *, descr, hostnames, partition, ranks_per_node,
@@ -196,31 +213,38 @@ def target_configuration(settings_file, *, descr, hostnames, partition, ranks_pe
     }
 
 
-def venv_configuration(settings_file, *, descr, partitions, omp_num_threads, env_vars=()):
+def venv_configuration(settings_file, *, descr, partitions, omp_num_threads, env_vars=(),
+                       runtimes=(), target='local', frameworks=None):
     """The site_configuration of a profile that runs on whatever machine it is started on
     (local, slurm-local): one system named after the profile's folder, its ReFrame prefix
     the repository, every partition in the one environment `hpckit-venv` (the
     repository's .venv first on PATH, OMP_NUM_THREADS, unbuffered Python, then
-    `env_vars`); performance references per machine (machine_reference_prefix)."""
+    `env_vars`); performance references per machine (machine_reference_prefix).
+    With `runtimes`, the partitions run in those container environments instead (the
+    `target` image, from HPCKIT_DATA/images by default, with `frameworks`), the venv
+    still first on PATH (where pip put podman-hpc)."""
     here, name, repo = _profile(settings_file)
     _set_reference_prefix(machine_reference_prefix(here))
     venv_bin = os.path.join(repo, '.venv', 'bin')
+    variables = [['PATH', f'"{venv_bin}":$PATH'],
+                 ['OMP_NUM_THREADS', omp_num_threads],
+                 ['PYTHONUNBUFFERED', '1'],
+                 *env_vars]
+    if runtimes:
+        images = os.path.join(env('HPCKIT_DATA', os.path.join(repo, 'data')), 'images')
+        environments = container_environments(runtimes, images, target, frameworks, variables)
+    else:
+        environments = [{'name': 'hpckit-venv', 'features': ['hpckit'], 'env_vars': variables}]
     return {
         'systems': [{
             'name': name,
             'descr': descr,
             'hostnames': ['.*'],
             'prefix': repo,
-            'partitions': [{**p, 'environs': ['hpckit-venv']} for p in partitions],
+            'partitions': [{**p, 'environs': [e['name'] for e in environments]}
+                           for p in partitions],
         }],
-        'environments': [{
-            'name': 'hpckit-venv',
-            'features': ['hpckit'],
-            'env_vars': [['PATH', f'"{venv_bin}":$PATH'],
-                         ['OMP_NUM_THREADS', omp_num_threads],
-                         ['PYTHONUNBUFFERED', '1'],
-                         *env_vars],
-        }],
+        'environments': environments,
         'logging': LOGGING,
         'storage': STORAGE,
     }

@@ -6,9 +6,13 @@
   environment, install steps, copied files, runscript/CMD, labels); GPU targets build on
   pinned NVIDIA images, CPU targets on a pinned Debian; the pip pins are those of
   requirements/cpu.txt.
-* slow: the `local` image is built with Podman (its Debian base made here by debootstrap
-  and `podman import`, as no registry is reachable) and the mini CosmoFlow training runs
-  inside it to the quality target.
+* slow: the `local` image is built once with Podman (its Debian base made here by
+  debootstrap and `podman import`, as no registry is reachable) and a short CosmoFlow
+  training runs inside it; the same image goes through NERSC's podman-hpc (migrated to its
+  squashfs store) and the same Dockerfile is built by Charliecloud (`ch-image build`,
+  unprivileged), and the smallest ReFrame check (CosmoFlow, PyTorch, mini) runs in both
+  to PASS (site_profiles/local-containers). A missing tool skips, named; under CI=true it
+  fails.
 """
 
 from __future__ import annotations
@@ -22,10 +26,11 @@ import subprocess
 import sys
 import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_hpckit
+from conftest import REPO, run_hpckit, run_reframe
 
 from hpckit.containers import generate, targets
 
@@ -249,6 +254,16 @@ def test_requirements_command_lists_the_local_pins():
 
 PODMAN_GLOBAL = ["--runtime", "runc", "--cgroup-manager", "cgroupfs", "--events-backend", "file"]
 ULIMITS = ["--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024"]
+# the same for the podman that podman-hpc runs (it passes none of them): containers.conf
+CONTAINERS_CONF = """[containers]
+default_ulimits = ["nofile=1024:1024", "nproc=1024:1024"]
+[engine]
+runtime = "runc"
+cgroup_manager = "cgroupfs"
+events_logger = "file"
+"""
+IMAGE = "localhost/hpckit:local"
+NOBODY = 65534
 
 
 def _run(cmd, timeout, **kw):
@@ -259,33 +274,64 @@ def _run(cmd, timeout, **kw):
     return proc
 
 
-@pytest.mark.slow
-def test_local_image_builds_and_trains(tmp_path):
+def _unavailable(why: str | None):
+    """Skip with the reason; under CI=true a missing tool fails instead."""
+    if why:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"under CI: {why}")
+        pytest.skip(why)
+
+
+def _which(tool: str) -> str | None:
+    """A tool on PATH or beside this Python (pip puts podman-hpc into the venv)."""
+    return shutil.which(tool, path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+
+
+def _user_env() -> dict[str, str]:
+    """podman-hpc, ch-image and ch-run read $USER (no login shell under CI)."""
+    import pwd
+    return {"USER": os.environ.get("USER") or pwd.getpwuid(os.getuid()).pw_name}
+
+
+def _unmount_under(folder: Path):
+    """Unmount what is still mounted under `folder` (FUSE mounts of the runtimes), deepest first."""
+    with open("/proc/self/mounts") as f:
+        points = [line.split()[1] for line in f]
+    for point in sorted((p for p in points if p.startswith(f"{folder}/")), key=len, reverse=True):
+        subprocess.run(["umount", "-l", point], capture_output=True, timeout=60)
+
+
+@pytest.fixture(scope="module")
+def local_image():
+    """The `local` image built once with Podman from containers/local/Dockerfile (its Debian
+    base made by debootstrap and `podman import`, the pinned wheels in the build context);
+    shared by the Podman, podman-hpc and Charliecloud tests. Everything lives in one
+    temporary folder, removed at the end of the module."""
     missing = [tool for tool in ("podman", "runc", "debootstrap") if not shutil.which(tool)]
-    if missing:
-        pytest.skip(f"{', '.join(missing)} not installed (apt-get install podman runc debootstrap)")
-    if os.geteuid() != 0:
-        pytest.skip("debootstrap and podman with runc need root here")
+    _unavailable(missing and f"{', '.join(missing)} not installed "
+                             "(apt-get install podman runc debootstrap)")
+    _unavailable(os.geteuid() != 0 and "debootstrap and podman with runc need root here")
     mirror = os.environ.get("HPCKIT_DEBIAN_MIRROR", "http://deb.debian.org/debian")
     driver = os.environ.get("HPCKIT_PODMAN_STORAGE", "overlay")
-    # podman refuses a runroot path longer than 50 characters (pytest's tmp_path is longer)
-    runroot = tempfile.mkdtemp(prefix="hpckit-podman-")
-    podman = ["podman", "--root", tmp_path / "storage", "--runroot", runroot,
+    # short (podman refuses a runroot path longer than 50 characters) and readable by the
+    # unprivileged Charliecloud build
+    work = Path(tempfile.mkdtemp(prefix="hpckit-img-"))
+    work.chmod(0o755)
+    podman = ["podman", "--root", work / "storage", "--runroot", work / "run",
               "--storage-driver", driver, *PODMAN_GLOBAL]
     target = targets.TARGETS["local"]
     t0 = time.monotonic()
     try:
         # 1. the base image: Debian bookworm from the mirror, named as the recipe's pin
-        rootfs = tmp_path / "rootfs"
+        rootfs = work / "rootfs"
         _run(["debootstrap", "--variant=minbase", "bookworm", rootfs, mirror], timeout=900)
-        tar = subprocess.Popen(["tar", "-C", rootfs, "-c", "."], stdout=subprocess.PIPE)
-        _run([*podman, "import", "-", target.base], timeout=600, stdin=tar.stdout)
-        tar.wait()
+        _run(["tar", "-C", rootfs, "-cf", work / "base.tar", "."], timeout=600)
         shutil.rmtree(rootfs, ignore_errors=True)
+        _run([*podman, "import", work / "base.tar", target.base], timeout=600)
         t_base = time.monotonic()
 
         # 2. the build context: the kit's source and the wheels of the pinned stack
-        ctx = tmp_path / "context"
+        ctx = work / "context"
         ctx.mkdir()
         shutil.copy2(REPO / "pyproject.toml", ctx)
         shutil.copytree(REPO / "apps", ctx / "apps",
@@ -293,43 +339,157 @@ def test_local_image_builds_and_trains(tmp_path):
         pins = targets.python_pins(target, generate.read_pins())
         _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
               "--wheel-dir", ctx / "wheels", *pins], timeout=900)
-        dockerfile = REPO / "containers" / "local" / "Dockerfile"
+        _run(["chmod", "-R", "a+rX", ctx, work / "base.tar"], timeout=60)
         _run([*podman, "build", "--pull=never", "--network", "host", "--squash", *ULIMITS,
-              "-t", "localhost/hpckit:local", "-f", dockerfile, ctx], timeout=1200)
+              "-t", IMAGE, "-f", REPO / "containers" / "local" / "Dockerfile", ctx], timeout=1200)
         t_build = time.monotonic()
-        size = int(_run([*podman, "image", "inspect", "--format", "{{.Size}}",
-                         "localhost/hpckit:local"], timeout=60).stdout.strip())
-
-        # 3. datagen and a short CosmoFlow training inside it, no network: the image's stack
-        # runs the whole path (convergence is the ReFrame and training tests' job, outside)
-        data, out = tmp_path / "data", tmp_path / "out"
-        data.mkdir()
-        out.mkdir()
-        run = [*podman, "run", "--rm", "--network", "none", *ULIMITS,
-               "-v", f"{data}:/data", "-v", f"{out}:/out", "localhost/hpckit:local"]
-        _run([*run, "hpckit", "datagen", "cosmoflow", "--train", "64", "--valid", "16", "--size", "32",
-              "--out", "/data/cosmoflow", "--seed", "7"], timeout=900)
-        proc = subprocess.run([*map(str, run), "hpckit", "train", "cosmoflow", "--data", "/data/cosmoflow",
-                               "--config", "mini", "--framework", "pytorch", "--output-dir", "/out/run",
-                               "--seed", "1", "--set", "data.n_train=64", "--set", "data.n_valid=16",
-                               "--set", "train.n_epochs=2"], capture_output=True, text=True, timeout=1800)
-        t_run = time.monotonic()
-        assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
-        summary = json.loads((out / "run" / "summary.json").read_text())
-        assert summary["epochs"] == 2 and summary.get("error") is None, summary
-        assert summary["final_eval_error"] is not None and summary["final_eval_error"] < 1.0, summary
-        assert "torch" in json.dumps(summary.get("software", summary))
-        print(f"\nlocal image: {size / 1e9:.2f} GB; base {t_base - t0:.0f} s, "
-              f"build {t_build - t_base:.0f} s, datagen+train {t_run - t_build:.0f} s, "
-              f"{summary['epochs']} epochs to {summary.get('final_eval_error')}")
+        print(f"\nlocal image (Podman): base {t_base - t0:.0f} s, build {t_build - t_base:.0f} s")
+        yield {"work": work, "podman": podman, "context": ctx, "base_tar": work / "base.tar",
+               "base": target.base}
     finally:
-        # the images and podman's storage live under tmp_path: drop them (GBs)
+        # the images and podman's storage live under `work`: drop them (GBs)
         subprocess.run([*map(str, podman), "rmi", "--all", "--force"], capture_output=True,
                        timeout=300)
-        subprocess.run(["umount", "-R", str(tmp_path / "storage" / "overlay")],
-                       capture_output=True, timeout=60)
-        shutil.rmtree(tmp_path / "storage", ignore_errors=True)
-        shutil.rmtree(tmp_path / "rootfs", ignore_errors=True)
-        shutil.rmtree(runroot, ignore_errors=True)
-        for folder in ("context", "data"):
-            shutil.rmtree(tmp_path / folder, ignore_errors=True)
+        _unmount_under(work)
+        shutil.rmtree(work, ignore_errors=True)
+
+
+@pytest.mark.slow
+def test_local_image_builds_and_trains(local_image, tmp_path):
+    podman = local_image["podman"]
+    size = int(_run([*podman, "image", "inspect", "--format", "{{.Size}}", IMAGE],
+                    timeout=60).stdout.strip())
+    # datagen and a short CosmoFlow training inside it, no network: the image's stack runs
+    # the whole path (convergence is the ReFrame and training tests' job, outside)
+    t0 = time.monotonic()
+    data, out = tmp_path / "data", tmp_path / "out"
+    data.mkdir()
+    out.mkdir()
+    run = [*podman, "run", "--rm", "--network", "none", *ULIMITS,
+           "-v", f"{data}:/data", "-v", f"{out}:/out", IMAGE]
+    _run([*run, "hpckit", "datagen", "cosmoflow", "--train", "64", "--valid", "16", "--size", "32",
+          "--out", "/data/cosmoflow", "--seed", "7"], timeout=900)
+    proc = subprocess.run([*map(str, run), "hpckit", "train", "cosmoflow", "--data", "/data/cosmoflow",
+                           "--config", "mini", "--framework", "pytorch", "--output-dir", "/out/run",
+                           "--seed", "1", "--set", "data.n_train=64", "--set", "data.n_valid=16",
+                           "--set", "train.n_epochs=2"], capture_output=True, text=True, timeout=1800)
+    t_run = time.monotonic()
+    assert "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    summary = json.loads((out / "run" / "summary.json").read_text())
+    assert summary["epochs"] == 2 and summary.get("error") is None, summary
+    assert summary["final_eval_error"] is not None and summary["final_eval_error"] < 1.0, summary
+    assert "torch" in json.dumps(summary.get("software", summary))
+    shutil.rmtree(data, ignore_errors=True)
+    print(f"\nlocal image: {size / 1e9:.2f} GB; datagen+train {t_run - t0:.0f} s, "
+          f"{summary['epochs']} epochs to {summary.get('final_eval_error')}")
+
+
+# --------------------------------------- the same image through the HPC runtimes, for real
+
+RUNTIMES = ("podman-hpc", "charliecloud")
+
+
+def _podman_hpc(local_image, env) -> str | None:
+    """NERSC's podman-hpc: the Podman image migrated to its squashfs store (SQUASH_DIR),
+    whence `podman-hpc run` takes it on a node whose own store is empty."""
+    tools = {"podman-hpc": "pip install podman-hpc (requirements/cpu.txt)",
+             "mksquashfs.static": "requirements/build-mksquashfs.sh .venv",
+             "fuse-overlayfs": "apt-get install fuse-overlayfs",
+             "squashfuse": "apt-get install squashfuse",
+             "inotifywait": "apt-get install inotify-tools"}
+    missing = [f"{t} ({how})" for t, how in tools.items() if not _which(t)]
+    if missing:
+        return "podman-hpc: missing " + ", ".join(missing)
+    work = local_image["work"]
+    (work / "containers.conf").write_text(CONTAINERS_CONF)
+    env.update(CONTAINERS_CONF=str(work / "containers.conf"), SQUASH_DIR=str(work / "squash"),
+               PODMANHPC_GRAPH_ROOT=str(work / "storage"), PODMANHPC_RUN_ROOT=str(work / "run"),
+               PODMANHPC_CONFIG_HOME=str(work / "phpc"), HPCKIT_PODMAN_HPC_IMAGE=IMAGE)
+    t0 = time.monotonic()
+    # podman-hpc finds mksquashfs.static and its fuse-overlayfs-wrap on PATH (the venv's
+    # bin/ is not on it under `make test`; the profile's jobs put it first)
+    venv_bin = str(Path(_which("podman-hpc")).parent)
+    # migrate exits 0 whatever happened: the squash file is the proof
+    proc = _run([_which("podman-hpc"), "migrate", IMAGE], timeout=900,
+                env={**os.environ, **env, "PATH": f"{venv_bin}{os.pathsep}{os.environ.get('PATH', '')}"})
+    squashed = list((work / "squash" / "overlay" / "l").glob("*.squash"))
+    assert len(squashed) == 1, f"podman-hpc migrate made no squash file:\n{proc.stdout}\n{proc.stderr}"
+    print(f"\npodman-hpc migrate: {time.monotonic() - t0:.0f} s, "
+          f"{squashed[0].stat().st_size / 1e9:.2f} GB squashfs")
+    # the nodes' own store: empty, the image only in the squash store
+    env.update(PODMANHPC_GRAPH_ROOT=str(work / "node"), PODMANHPC_RUN_ROOT=str(work / "noderun"))
+    return None
+
+
+def _charliecloud(local_image, env) -> str | None:
+    """Charliecloud: `ch-image build` of the same Dockerfile and context, unprivileged (as
+    nobody when the test runs as root), from the same Debian base."""
+    missing = [t for t in ("ch-image", "ch-run") if not _which(t)]
+    if missing:
+        return (f"charliecloud: {', '.join(missing)} not installed "
+                "(apt-get install charliecloud charliecloud-builders)")
+    work = local_image["work"]
+    storage = work / "ch"
+    storage.mkdir()
+    drop = []
+    if os.geteuid() == 0:
+        os.chown(storage, NOBODY, NOBODY)
+        drop = ["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups"]
+    # ch-image is Python: Debian's python3 beside it (with lark), not another one on PATH
+    ch_image = _which("ch-image")
+    chenv = {**os.environ, "USER": "nobody" if drop else _user_env()["USER"], "HOME": str(storage),
+             "PATH": f"{Path(ch_image).parent}{os.pathsep}{os.environ.get('PATH', '')}"}
+    ch = [*drop, ch_image, "--no-cache", "-s", storage / "storage"]
+    t0 = time.monotonic()
+    _run([*ch, "import", local_image["base_tar"], local_image["base"]], timeout=600, env=chenv)
+    _run([*ch, "build", "--force", "-t", "hpckit:local", "-f",
+          REPO / "containers" / "local" / "Dockerfile", local_image["context"]], timeout=1800, env=chenv)
+    image = storage / "storage" / "img" / "hpckit+local"
+    assert (image / "opt" / "hpckit" / "venv" / "bin" / "hpckit").is_file()
+    if drop:
+        assert image.stat().st_uid == NOBODY, "the image was not built unprivileged"
+    print(f"\nCharliecloud build: {time.monotonic() - t0:.0f} s")
+    env["HPCKIT_CH_IMAGE"] = str(image)
+    return None
+
+
+@pytest.fixture(scope="module")
+def runtime_runs(local_image, tmp_path_factory):
+    """The smallest local check (CosmoFlow, PyTorch, mini) through podman-hpc and through
+    Charliecloud, in one ReFrame session of site_profiles/local-containers (its dataset
+    generated once, in the first runtime): {runtime: why it could not run, or None}, the
+    ReFrame output and its folder."""
+    env = _user_env()
+    why = {"podman-hpc": _podman_hpc(local_image, env), "charliecloud": _charliecloud(local_image, env)}
+    ready = [r for r in RUNTIMES if not why[r]]
+    if not ready:
+        return why, "", None
+    tmp_path = tmp_path_factory.mktemp("runtimes")
+    t0 = time.monotonic()
+    rc, out = run_reframe(tmp_path, "site_profiles/local-containers/settings.py", "-r",
+                          "-p", f"^({'|'.join(ready)})$", "-n", "^CosmoFlowCheck%framework=pytorch$",
+                          timeout=3600, env=env)
+    print(f"\nReFrame in {', '.join(ready)}: {time.monotonic() - t0:.0f} s (rc {rc})")
+    if "podman-hpc" in ready:
+        # the node's own store stayed empty: the image came from the squash store
+        images = Path(env["PODMANHPC_GRAPH_ROOT"]) / "overlay-images" / "images.json"
+        assert not images.exists() or json.loads(images.read_text() or "[]") == [], images.read_text()
+    return why, out, tmp_path
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("runtime", RUNTIMES)
+def test_reframe_check_passes_in_hpc_runtime(runtime_runs, runtime):
+    why, out, tmp_path = runtime_runs
+    _unavailable(why[runtime])
+    assert re.search(rf"^\[\s+OK \] \(\d+/\d+\) CosmoFlowCheck %framework=pytorch /\w+ "
+                     rf"@local-containers:default\+{runtime}$", out, re.M), out[-6000:]
+    runs = list((tmp_path / "rfm" / "output" / "local-containers" / "default" / runtime)
+                .glob("CosmoFlowCheck_*/summary.json"))
+    assert len(runs) == 1, out[-3000:]
+    summary = json.loads(runs[0].read_text())
+    assert summary["converged"] is True and summary["status"] == "success", summary
+    # the run knows where it ran: the launch line's declaration and the runtime's own marks
+    container = summary["provenance"]["container"]
+    assert container["declared"]["runtime"] == runtime, container
+    assert container["runtime"] == {"podman-hpc": "podman", "charliecloud": "charliecloud"}[runtime], container

@@ -6,7 +6,9 @@ system would get: the scheduler directives (#SBATCH, with the access options and
 account), the task count, the GPUs of GPU partitions, the launcher line, and how the
 command runs: natively after `spack env activate` (environment `spack`), inside the
 profile's image (`apptainer exec [--nv] ... <image> hpckit train ...`,
-`sarus run ... <image> hpckit train ...`), or straight from the venv (local profiles).
+`sarus run ... <image> hpckit train ...`, `podman-hpc run ... <image> hpckit train ...`,
+`ch-run ... <image> -- hpckit train ...`, `srun --container-image=<image> ... hpckit
+train ...`), or straight from the venv (local profiles).
 Expectations come from the profile's own configuration; the four target profiles
 (a64fx, knl, v100, a100) are also held to what they model, when present.
 """
@@ -124,7 +126,7 @@ def test_dry_run_job_scripts(tmp_path, profile, system, partition, environ):
         if launcher in ("srun", "mpirun", "mpiexec"):
             assert words[0] == launcher, f"launcher {launcher} expected:\n{line}"
         elif launcher == "local":
-            assert words[0] in ("hpckit", "apptainer", "sarus"), line
+            assert words[0] in ("hpckit", "apptainer", "sarus", "podman-hpc", "ch-run"), line
         if profile in TARGETS:
             assert words[0] == TARGETS[profile][0], line
 
@@ -152,13 +154,41 @@ def test_dry_run_job_scripts(tmp_path, profile, system, partition, environ):
         elif platform == "Sarus":
             assert re.search(rf"\bsarus run .* {re.escape(image)} hpckit ", line), line
             assert 'destination="/rfm_workdir"' in line and "-w /rfm_workdir" in line, line
+        elif platform == "PodmanHPC":
+            assert re.search(rf"\bpodman-hpc run --rm .* {re.escape(image)} hpckit ", line), line
+            assert '":"/rfm_workdir"' in line and "-w /rfm_workdir" in line, line
+            # its site modules: GPUs on GPU partitions, MPI for a run of several ranks
+            assert ("--gpu" in words) == bool(gpus and training), line
+            ranks = part.get("extras", {}).get("ranks", 1)
+            assert ("--mpi" in words) == (training and ranks > 1), line
+            assert "-e HPCKIT_CONTAINER_RUNTIME -e HPCKIT_CONTAINER_IMAGE" in line, line
+        elif platform == "Charliecloud":
+            assert re.search(rf"\bch-run --set-env .* {re.escape(image)} -- hpckit ", line), line
+            assert '":"/rfm_workdir"' in line and "-c /rfm_workdir" in line, line
+            # the image is read-only: the bind targets are made in it before
+            lines = script.splitlines()
+            mkdir = [ln for ln in lines if ln.startswith("mkdir -p ") and f'"{image}/rfm_workdir"' in ln]
+            assert mkdir and lines.index(mkdir[0]) < lines.index(line), script
+        elif platform == "Pyxis":
+            # options of the job's srun (pyxis is a Slurm plugin)
+            assert words[0] == "srun" and f"--container-image={image}" in words, line
+            assert "--container-workdir=/rfm_workdir" in words, line
+            mounts = next(w for w in words if w.startswith("--container-mounts="))
+            assert mounts.endswith(':"/rfm_workdir"'), line
+            assert words.index(f"--container-image={image}") < words.index("hpckit"), line
         else:
-            assert "apptainer" not in line and "sarus" not in line, line
+            assert not re.search(r"apptainer|sarus|podman-hpc|ch-run|--container-image", line), line
         if platform:
             # `hpckit check` runs in the same image, not on the host
             check = [ln for ln in script.splitlines() if "hpckit check " in ln]
             for ln in check:
-                assert re.search(rf"\b(apptainer exec|sarus run) .* {re.escape(image)} hpckit check ", ln), ln
+                assert re.search(rf"^(apptainer exec|sarus run|podman-hpc run --rm|ch-run --set-env"
+                                 rf"|srun --ntasks=1 --container-mounts=\S+) .*{re.escape(image)}"
+                                 rf"( --)? hpckit check ", ln), ln
+                assert "--mpi" not in ln.split(), f"one process, no MPI: {ln}"
+            # the launch line says inside which runtime and image the run is (provenance)
+            assert f"export HPCKIT_CONTAINER_RUNTIME={environ}\n" in script, script
+            assert f"export HPCKIT_CONTAINER_IMAGE={image}\n" in script, script
 
         spack_env = extras.get("spack_env")
         if spack_env:

@@ -17,12 +17,17 @@ What a site sets (environment variables, read when ReFrame loads this file):
                       GPU nodes have no local disk, /tmp is memory-backed)
   HPCKIT_IMAGE        the Apptainer image (default: $HPCKIT_DATA/images/hpckit-a100-0.1.0.sif)
   HPCKIT_SARUS_IMAGE  the image for Sarus (default: hpckit/a100:0.1.0)
+  HPCKIT_PODMAN_HPC_IMAGE  the image for podman-hpc, migrated to $SQUASH_DIR
+                      (default: localhost/hpckit:a100)
+  HPCKIT_ENROOT_IMAGE the enroot image for pyxis (default: $HPCKIT_DATA/images/hpckit-a100-0.1.0.sqsh)
   HPCKIT_MODULES_SYSTEM  ReFrame modules system (default: nomod; lmod on Perlmutter)
   HPCKIT_RFM_PREFIX   where ReFrame writes stage/, output/, perflogs/ (default: the repo)
 
-Sarus: Perlmutter itself runs containers with Shifter and podman-hpc, not Sarus; the
-`sarus` environment serves A100 sites that have Sarus (CSCS). Where a site lacks one,
-select the others: -p 'spack|apptainer'.
+Perlmutter itself runs containers with Shifter and podman-hpc (`-p podman-hpc`: `srun
+podman-hpc run --gpu [--mpi] ...`), not Sarus; the `sarus` environment serves A100 sites
+that have Sarus (CSCS), `pyxis` those with enroot + pyxis (`srun --container-image=...`, as
+NVIDIA's MLPerf submission scripts launch). Where a site lacks one, select the others:
+-p 'spack|apptainer'.
 """
 
 import os
@@ -36,7 +41,7 @@ site_configuration = target_configuration(
     descr='NVIDIA A100 nodes, modelled on NERSC Perlmutter GPU (site profile a100)',
     hostnames=[r'perlmutter', r'login\d+', r'nid\d+'],
     data=os.path.join(env('PSCRATCH', '/pscratch/sd/u/user'), 'mlperf-hpc'),
-    runtimes=['apptainer', 'sarus'],
+    runtimes=['apptainer', 'sarus', 'podman-hpc', 'pyxis'],
     platforms=['Shifter'],     # Perlmutter's own runtime; the kit's images run with it too
     ranks_per_node=4,          # one rank per GPU
     partition={
