@@ -88,8 +88,8 @@ def main() -> int:
         workers = []
     if not workers or min(workers) < 1:
         bad(f"--workers {args.workers!r}: a comma-separated list of worker counts >= 1, e.g. 1,2")
-    if args.cosmoflow < 8 or args.deepcam < 4:
-        bad("--cosmoflow at least 8 and --deepcam at least 4 samples (batches of 4 and 2, two of each)")
+    if args.cosmoflow < 4 or args.deepcam < 2:
+        bad("--cosmoflow at least 4 and --deepcam at least 2 samples (one batch of 4 and of 2)")
 
     from hpckit.common.config import load_config
     from hpckit.cosmoflow import data as cdata

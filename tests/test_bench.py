@@ -209,7 +209,7 @@ def test_loader_rates_bad_argument_is_one_line(args, named):
 
 
 def test_loader_rates_prints_every_format():
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "loader_rates.py"), "--cosmoflow", "8", "--deepcam", "4",
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "loader_rates.py"), "--cosmoflow", "4", "--deepcam", "2",
                            "--workers", "1"], capture_output=True, text=True, timeout=600, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.startswith("# host ") and " flags " in proc.stdout.splitlines()[0]

@@ -441,13 +441,14 @@ def test_reframe_across_three_nodes(cluster, tmp_path):
            "RFM_REPORT_FILE": str(tmp_path / "report.json"), "HPCKIT_STAGE_DIR": str(cluster.scratch),
            "HPCKIT_OMP_NUM_THREADS": "1"}   # 3 nodes on this machine's 2 cores
     reframe = Path(PY).parent / "reframe"
+    # the profile's campaign check (feature `campaign`) is left out here: test_a_campaign_across_the_nodes
+    # runs a campaign across these nodes and checks more (where each instance ran), in a third of the time
     proc = cluster.login("env", *(f"{k}={v}" for k, v in env.items()), reframe, "-C",
-                         "site_profiles/slurm-multinode/settings.py", "-c", "reframe_checks/", "-r", timeout=3000)
+                         "site_profiles/slurm-multinode/settings.py", "-c", "reframe_checks/", "-x", "DeepCAMCampaign",
+                         "-r", timeout=3000)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    # DeepCAM, CosmoFlow x 2 frameworks, the campaign (3 instances x 1 rank), and the data fixtures
-    assert re.search(r"PASSED\s*\] Ran 7/7 test case", out), out[-3000:]
-    assert re.search(r"DeepCAMCampaign.*\n(.*\n)*?.*number_of_models: 3 models", out), out[-3000:]
+    assert re.search(r"PASSED\s*\] Ran 5/5 test case", out), out[-3000:]
     output = tmp_path / "rfm" / "output" / "slurm-multinode" / "batch" / "hpckit-venv"
     scripts = [p.read_text() for p in output.glob("*Check_*/rfm_job.sh")]
     assert len(scripts) == 3 and all("#SBATCH --ntasks-per-node=1" in s and "#SBATCH --ntasks=3" in s for s in scripts), scripts
