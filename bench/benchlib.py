@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import platform
+import shutil
 import socket
 import sys
 from pathlib import Path
@@ -64,3 +65,13 @@ def free_port(prog: str, span: int) -> int:
         if base + span < 65535:
             return base
     bad(prog, "no free port range")
+
+
+def finish(work: Path, keep: bool, failed: bool) -> int:
+    """Keep the work directory when asked or when something failed (its logs say what),
+    else remove it (the bench made it); the exit code."""
+    if keep or failed:
+        print(f"# work directory kept: {work}")
+    else:
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0

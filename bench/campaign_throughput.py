@@ -35,7 +35,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import REPO, ROOT_ENV, free_port, machine_line, records  # noqa: E402
+from benchlib import REPO, ROOT_ENV, free_port, machine_line, records, finish  # noqa: E402
 from benchlib import bad as _bad  # noqa: E402
 
 
@@ -105,11 +105,8 @@ def main() -> int:
                   f"{max(starts) - min(starts):>15.0f} {statistics.median(rates):>18.1f} {sum(rates):>13.1f} "
                   f"{max(staging):>13.2f}")
     finally:
-        if args.keep or failed:
-            print(f"# work directory kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    return 1 if failed else 0
+        code = finish(work, args.keep, failed)
+    return code
 
 
 if __name__ == "__main__":

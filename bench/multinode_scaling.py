@@ -38,7 +38,7 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import REPO, machine_line  # noqa: E402
+from benchlib import REPO, machine_line, finish  # noqa: E402
 from benchlib import bad as _bad  # noqa: E402
 
 MULTINODE = REPO / "tests" / "slurm" / "multinode.sh"
@@ -123,11 +123,8 @@ def main() -> int:
                   f"{s['time_to_train_s']:>15.1f} {share:>11} {per_batch:>8}  {copies}")
     finally:
         subprocess.run(["bash", str(MULTINODE), "stop", str(state)], capture_output=True)
-        if args.keep or failed:
-            print(f"# work directory kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    return 1 if failed else 0
+        code = finish(work, args.keep, failed)
+    return code
 
 
 if __name__ == "__main__":

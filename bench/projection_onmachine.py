@@ -19,8 +19,7 @@ epochs, the error (projected / measured - 1), whether the measured median lies i
 and the error of the time model alone (each measured run predicted with the epochs it took:
 the median of predicted / measured - 1).
 The header says the machine, its CPU flags and the load at start: figures taken on a busy
-machine are not figures. While it runs it holds /tmp/measure.lock (other jobs on this machine
-can wait for it). Needs Open MPI's mpirun. Bad arguments: one line, exit 2.
+machine are not figures. Needs Open MPI's mpirun. Bad arguments: one line, exit 2.
 """
 
 from __future__ import annotations
@@ -36,10 +35,9 @@ import tempfile
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import REPO, ROOT_ENV, machine_line  # noqa: E402
+from benchlib import REPO, ROOT_ENV, machine_line, finish  # noqa: E402
 from benchlib import bad as _bad  # noqa: E402
 
-LOCK = Path(tempfile.gettempdir()) / "measure.lock"
 # (ranks, local batch): the global batch stays the mini's 8
 SCALES = ((1, 8), (2, 4))
 
@@ -88,7 +86,6 @@ def main() -> int:
     print(f"# cosmoflow/pytorch mini, global batch 8; record: {args.record_runs} converged runs at 1 rank; system: "
           f"step-capped runs of {args.capped_epochs} epochs at 1x8 and 2x4; measured: {args.runs} runs per scale")
     work = Path(tempfile.mkdtemp(prefix="hpckit-projection-bench-"))
-    LOCK.write_text(f"{os.getpid()} bench/projection_onmachine.py\n")
     failed = False
     try:
         data = work / "data"
@@ -141,12 +138,8 @@ def main() -> int:
         print(f"# {e}")
         failed = True
     finally:
-        LOCK.unlink(missing_ok=True)
-        if args.keep or failed:
-            print(f"# work directory kept: {work}")
-        else:
-            shutil.rmtree(work, ignore_errors=True)
-    return 1 if failed else 0
+        code = finish(work, args.keep, failed)
+    return code
 
 
 if __name__ == "__main__":
