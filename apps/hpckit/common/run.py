@@ -131,6 +131,7 @@ class StageAs:
     local rank 0 compute it without waiting for the files)."""
     write: Callable
     relocate: Callable
+    written_as: str        # what the staging_stop metadata says the node's copy is
 
 
 @dataclass
@@ -440,7 +441,8 @@ class MLPerfRun:
             self.log.event(provenance.LOG_KEY, provenance.log_value(self.provenance))
         for key, value in hyperparameters:
             self.log.event(key, value)
-        self.flops_per_sample = self._count_flops()
+        if self.ranks.rank == 0:   # the rank that writes summary.json and the log
+            self.flops_per_sample = self._count_flops()
 
     def _count_flops(self) -> float | None:
         """The network's training FLOPs per sample (common/flops.py), counted before the
@@ -463,7 +465,7 @@ class MLPerfRun:
         self.log.start(C.RUN_START)
 
     def stage(self, shares: dict[str, list[Path]], stage_dir: Path | None,
-              write: Callable[[str, Path], int] | None = None) -> dict[str, Path] | None:
+              write: Callable[[str, Path], int] | None = None, written_as: str = "copies") -> dict[str, Path] | None:
         """Copy this node's share of each split inside the clock, as the reference does: the
         node's local rank 0 copies, every rank waits for all nodes. The copies go into a
         directory this run creates, STAGE_DIR/hpckit-stage-<run token>/<split>, never into
@@ -506,7 +508,7 @@ class MLPerfRun:
         self.used["staging_read_bytes"] = read_all
         self.used["staging_read_MBps"] = usage.mb_per_s(read_all, self.staging_s) if dest is not None else None
         self.log.end(C.STAGING_STOP, metadata={"staging_duration": self.staging_s, "staged": dest is not None,
-                                                "written_as": "decoded" if dest is not None and write else "copies",
+                                                "written_as": written_as if dest is not None else None,
                                                 "bytes": nbytes, "stage_dir": str(root) if root else None,
                                                 "read_bytes_all_ranks": read_all})
         return dest
@@ -526,7 +528,8 @@ class MLPerfRun:
         ranks = self.ranks
         on_node = {name: node_share(split, ranks) for name, split in files.items()}
         write = (lambda name, dest: stage_as.write(on_node[name], dest)) if stage_as is not None else None
-        staged = self.stage({name: s.all_paths() for name, s in on_node.items()}, stage_dir, write)
+        staged = self.stage({name: s.all_paths() for name, s in on_node.items()}, stage_dir, write,
+                            stage_as.written_as if stage_as is not None else "copies")
         reading = {}
         for name, split in files.items():
             if staged is not None:

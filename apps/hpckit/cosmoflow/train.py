@@ -303,7 +303,8 @@ def train(args) -> int:
             # decoded once at staging, read as npy every epoch (a named deviation: the
             # reference stages copies; docs/differences-from-reference.md)
             size = cfg["data"]["sample_size"]
-            stage_as = StageAs(write=lambda split, dest: data.decode_into(split, dest, size), relocate=data.decoded)
+            stage_as = StageAs(write=lambda split, dest: data.decode_into(split, dest, size), relocate=data.decoded,
+                               written_as="decoded")
         reading = run.stage_and_shard(files, per_rank, dropped, cfg["data"]["batch_size"], launched.stage_dir,
                                       cfg["data"]["shuffle"], stage_as)
         train_data, valid_data = backend.loaders(reading)

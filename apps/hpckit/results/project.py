@@ -183,9 +183,10 @@ class Projector:
     @classmethod
     def build(cls, benchmark: str, runs: list[RunFacts], points: list, source: str,
               dataset_mode: str = "official") -> "Projector":
+        runs_given = runs
         runs = [f for f in runs if str(f.log.benchmark).lower() == benchmark]
         if not runs:
-            raise KitError(f"--from: no {benchmark} run")
+            raise KitError(f"--from: no {benchmark} run among the {len(runs_given)} runs given")
         system = fit_system(runs)
         if dataset_mode == "runs":
             datasets = sorted({f.dataset for f in runs if f.dataset})
@@ -265,8 +266,6 @@ def project(args) -> dict:
         raise KitError("--from RUN... is required: the measured runs the throughput comes from")
     seen: set = set()
     _, facts = gather(args.from_runs, "site", seen)
-    if not any(str(f.log.benchmark).lower() == args.benchmark for f in facts.values()):
-        raise KitError(f"--from: no {args.benchmark} run among {len(facts)} runs")
     points, source = _record(args, args.benchmark)
     projector = Projector.build(args.benchmark, list(facts.values()), points, source,
                                 args.dataset or ("runs" if args.epochs_from else "official"))
@@ -347,6 +346,7 @@ def validate(sets: list[dict], facts: dict, points: list) -> list[dict]:
             known = _olympic([k for _, k, _ in preds])
         lo, hi = min(p.global_batch_size for p in curve.sets), max(p.global_batch_size for p in curve.sets)
         row.update(record_batches=f"{lo}-{hi}", outside_record=not lo <= row["global_batch_size"] <= hi)
+        row["record_submitters"] = sorted({p.org for p in curve.sets})
         row.update(predicted_min=pred / 60, measured_min=actual / 60, error=pred / actual - 1.0,
                    error_epochs_known=known / actual - 1.0, epochs_predicted=e_pred, epochs_median=e_own,
                    record_sets=len(curve.sets), record=curve.describe())

@@ -66,7 +66,7 @@ def add_arguments(p) -> None:
     p.add_argument("--title", default="MLPerf HPC time-to-solution report")
 
 
-from hpckit.results.analysis import RunFacts, gather, run_facts, _set_label  # noqa: F401  (re-exported)
+from hpckit.results.analysis import RunFacts, gather, median, run_facts, _set_label  # noqa: F401  (re-exported)
 
 
 # ---- sets: what the figures draw (one entry per system x benchmark x scaling) --------------
@@ -121,14 +121,6 @@ def _median_of(fs: list, key):
         return None
     ordered = sorted(fs, key=key)
     return ordered[(len(ordered) - 1) // 2]
-
-
-def _median_value(values: list):
-    vals = sorted(v for v in values if v is not None)
-    if not vals:
-        return None
-    n = len(vals)
-    return vals[n // 2] if n % 2 else (vals[n // 2 - 1] + vals[n // 2]) / 2
 
 
 def _node_description(desc: dict) -> str:
@@ -368,10 +360,10 @@ def _plot_scaling(plt, views: list[SetView], out: Path) -> None:
                     if v.origin != origin or v.benchmark != bench:
                         continue
                     basis = v.counted or v.facts
-                    xs = _median_value([value(f, xa) for f in basis])
+                    xs = median([value(f, xa) for f in basis])
                     ys = [value(f, ya) for f in basis if value(f, ya)]
                     if xs and ys:
-                        mid = _median_value(ys)
+                        mid = median(ys)
                         pts.append((xs, mid, mid - min(ys), max(ys) - mid))
                 if pts:
                     ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[[p[2] for p in pts], [p[3] for p in pts]],
@@ -609,7 +601,6 @@ def _plot_map(plt, projectors: dict, projections: list[tuple[int, int]], out: Pa
 
 
 def _breakdown_rows(views: list[SetView]) -> list[str]:
-    from hpckit.results.analysis import median
     out = []
     for v in views:
         fs = v.counted or v.facts
@@ -733,11 +724,11 @@ def _set_rows(views: list[SetView]) -> list[str]:
             + _cell(v.total_s / 60.0, "{:.2f}", "ttt") + _cell(v.lo_s / 60.0, "{:.2f}", "ttt-min")
             + _cell(v.hi_s / 60.0, "{:.2f}", "ttt-max") + _cell(m.staging_s, "{:.1f}", "staging")
             + _cell(m.train_s, "{:.1f}", "training") + _cell(m.eval_s, "{:.1f}", "evaluation")
-            + _cell(_median_value([f.log.epochs for f in basis]), "{:g}", "epochs")
-            + _cell(_median_value([f.global_batch_size for f in basis]), "{:g}", "batch")
-            + _cell(_median_value([f.compute_units for f in basis]), "{:g}", "units")
-            + _cell(_median_value([f.epoch_throughput for f in basis]), "{:.1f}", "throughput")
-            + _cell(_median_value([f.staging_epoch_ratio for f in basis]), "{:.3f}", "ratio")
+            + _cell(median([f.log.epochs for f in basis]), "{:g}", "epochs")
+            + _cell(median([f.global_batch_size for f in basis]), "{:g}", "batch")
+            + _cell(median([f.compute_units for f in basis]), "{:g}", "units")
+            + _cell(median([f.epoch_throughput for f in basis]), "{:.1f}", "throughput")
+            + _cell(median([f.staging_epoch_ratio for f in basis]), "{:.3f}", "ratio")
             + _cell(spent if any(f.unit_hours is not None for f in v.facts) else None, "{:.3f}", "unit-hours")
             + "</tr>")
     return rows
