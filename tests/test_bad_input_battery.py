@@ -759,3 +759,16 @@ def test_battery_totals(tmp_path_factory):
     print(f"\nbad-input battery: {line}")
     assert len(CASES) + len(RFM_CASES) >= 200
     assert TOTALS["tracebacks"] == TOTALS["hangs"] == TOTALS["data_lost"] == 0, line
+
+
+def test_a_reader_that_leaves_early_is_no_error():
+    """`hpckit describe ... | head -n 1`: the reader closes the pipe; the kit stops writing
+    quietly (no BrokenPipeError traceback) and exits as a process killed by SIGPIPE would."""
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+    proc = subprocess.Popen([sys.executable, "-m", "hpckit", "describe", "cosmoflow", "--config", "mini",
+                             "--framework", "pytorch"], stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            cwd=REPO, env=env)
+    proc.stdout.close()   # the only read end: the first write gets EPIPE
+    _, err = proc.communicate(timeout=300)
+    assert proc.returncode == 141, err.decode()[-2000:]
+    assert err.decode() == "", err.decode()[-2000:]

@@ -148,6 +148,11 @@ def build_parser() -> argparse.ArgumentParser:
 def main(argv: list[str] | None = None) -> int:
     try:
         code = run_command(argv)
+    except BrokenPipeError:
+        # the reader of stdout left early (`hpckit describe ... | head -n 1`): not an error
+        # of the kit, and no traceback; stdout goes to /dev/null so the exit's flush is quiet
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        code = 128 + 13   # as a process killed by SIGPIPE, what shells report
     finally:
         campaign = getattr(sys.modules.get("hpckit.common.dist"), "ACTIVE_CAMPAIGN", None)
         if campaign is not None:
