@@ -56,7 +56,8 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt
 # qemu-user-static, binfmt-support and debootstrap. `arm64` builds the arm64 root file
 # system with the aarch64 wheels (build/arm64, git-ignored; tests/arm64/build_rootfs.sh)
 # and runs tests/test_arm64.py in it; `arm64-image` builds the a64fx image for linux/arm64
-# with Podman from a debootstrap base (needs download.pytorch.org for torch +cpu).
+# with Podman from a debootstrap base and runs both benchmarks in it (about 15 minutes;
+# without download.pytorch.org, torch is PyPI's 2.9.1: a named deviation).
 # Times under emulation are not speed figures.
 .PHONY: arm64 arm64-image
 arm64: $(STAMP)
