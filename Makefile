@@ -62,7 +62,7 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt
 .PHONY: arm64 arm64-image
 arm64: $(STAMP)
 	sh tests/arm64/build_rootfs.sh build/arm64
-	$(BIN)/python -m pytest tests/test_arm64.py -v -rs
+	HPCKIT_ARM64_ALL=1 $(BIN)/python -m pytest tests/test_arm64.py -v -rs
 
 arm64-image:
 	sh tests/arm64/build_image.sh build/arm64-image
