@@ -387,6 +387,8 @@ def test_local_image_builds_and_trains(local_image, tmp_path):
 # --------------------------------------- the same image through the HPC runtimes, for real
 
 RUNTIMES = ("podman-hpc", "charliecloud")
+# every local check but CosmoFlow's TensorFlow variant (the local image is PyTorch only)
+CHECKS = ("CosmoFlowCheck%framework=pytorch", "DeepCAMCheck%framework=pytorch")
 
 
 def _podman_hpc(local_image, env) -> str | None:
@@ -455,10 +457,10 @@ def _charliecloud(local_image, env) -> str | None:
 
 @pytest.fixture(scope="module")
 def runtime_runs(local_image, tmp_path_factory):
-    """The smallest local check (CosmoFlow, PyTorch, mini) through podman-hpc and through
-    Charliecloud, in one ReFrame session of site_profiles/local-containers (its dataset
-    generated once, in the first runtime): {runtime: why it could not run, or None}, the
-    ReFrame output and its folder."""
+    """The local checks the local image can run (CosmoFlow with PyTorch and DeepCAM, mini;
+    the image has no TensorFlow) through podman-hpc and through Charliecloud, in one ReFrame
+    session of site_profiles/local-containers (each dataset generated once, in the first
+    runtime): {runtime: why it could not run, or None}, the ReFrame output and its folder."""
     env = _user_env()
     why = {"podman-hpc": _podman_hpc(local_image, env), "charliecloud": _charliecloud(local_image, env)}
     ready = [r for r in RUNTIMES if not why[r]]
@@ -467,7 +469,7 @@ def runtime_runs(local_image, tmp_path_factory):
     tmp_path = tmp_path_factory.mktemp("runtimes")
     t0 = time.monotonic()
     rc, out = run_reframe(tmp_path, "site_profiles/local-containers/settings.py", "-r",
-                          "-p", f"^({'|'.join(ready)})$", "-n", "^CosmoFlowCheck%framework=pytorch$",
+                          "-p", f"^({'|'.join(ready)})$", "-n", f"^({'|'.join(CHECKS)})$",
                           timeout=3600, env=env)
     print(f"\nReFrame in {', '.join(ready)}: {time.monotonic() - t0:.0f} s (rc {rc})")
     if "podman-hpc" in ready:
@@ -478,14 +480,16 @@ def runtime_runs(local_image, tmp_path_factory):
 
 
 @pytest.mark.slow
+@pytest.mark.parametrize("check", CHECKS)
 @pytest.mark.parametrize("runtime", RUNTIMES)
-def test_reframe_check_passes_in_hpc_runtime(runtime_runs, runtime):
+def test_reframe_check_passes_in_hpc_runtime(runtime_runs, runtime, check):
     why, out, tmp_path = runtime_runs
     _unavailable(why[runtime])
-    assert re.search(rf"^\[\s+OK \] \(\d+/\d+\) CosmoFlowCheck %framework=pytorch /\w+ "
+    name = check.replace("%", " %")
+    assert re.search(rf"^\[\s+OK \] \(\d+/\d+\) {name} /\w+ "
                      rf"@local-containers:default\+{runtime}$", out, re.M), out[-6000:]
     runs = list((tmp_path / "rfm" / "output" / "local-containers" / "default" / runtime)
-                .glob("CosmoFlowCheck_*/summary.json"))
+                .glob(f"{check.split('%')[0]}_*/summary.json"))
     assert len(runs) == 1, out[-3000:]
     summary = json.loads(runs[0].read_text())
     assert summary["converged"] is True and summary["status"] == "success", summary
