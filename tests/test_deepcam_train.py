@@ -135,8 +135,9 @@ def tiny(dc_data, tmp_path):
 
 
 def train_tiny(root, out, *extra):
+    # glibc's allocator: no restart into a fresh interpreter per case (the restart: test_cores)
     return run_hpckit("train", "deepcam", "--data", root, "--config", "mini", "--output-dir", out,
-                      "--seed", "1", *TINY, *extra, timeout=300)
+                      "--seed", "1", "--allocator", "glibc", *TINY, *extra, timeout=300)
 
 
 def assert_one_line_error(proc, *needles):
