@@ -13,6 +13,12 @@ import pytest
 
 REPO = Path(__file__).resolve().parents[1]
 
+# For the many tiny trainings of the bad-input tests: glibc's allocator. With tcmalloc
+# installed, `--allocator auto` restarts the command with it preloaded, a second interpreter
+# importing torch per case (in the battery it undid the fork server: 493 s -> 192 s without).
+# The restart's own bad input is tested in test_cores.py.
+NO_ALLOCATOR_RESTART = ("--allocator", "glibc")
+
 
 def run_hpckit(*args, timeout=600, env=None, check=False) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1", **(env or {})}

@@ -32,7 +32,7 @@ import h5py
 import numpy as np
 import pytest
 
-from conftest import REPO, run_hpckit
+from conftest import NO_ALLOCATOR_RESTART, REPO, run_hpckit
 
 REAL_LOGS = REPO.parent / "shared" / "real_logs"
 NVIDIA_LOG = REAL_LOGS / "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet__cosmoflow__result_1.txt"
@@ -168,19 +168,14 @@ for bench, src in (("cosmoflow", "cf"), ("deepcam", "dc")):
 
 # ---- train: options and configs ------------------------------------------------------
 
-# The trainings keep glibc's allocator: with tcmalloc installed, `--allocator auto` restarts
-# the command with it preloaded (a fresh interpreter importing torch: about a second per case,
-# undoing the fork server). The restart's own bad input is tested in test_cores.py.
-GLIBC = ("--allocator", "glibc")
-
-
 def cf_train(*extra, data="{cf}", out="{t}/out", framework="pytorch"):
     return ["train", "cosmoflow", "--data", data, "--output-dir", out, "--framework", framework, "--seed", "1",
-            *GLIBC, *CF_TINY, *extra]
+            *NO_ALLOCATOR_RESTART, *CF_TINY, *extra]
 
 
 def dc_train(*extra, data="{dc}", out="{t}/out"):
-    return ["train", "deepcam", "--data", data, "--output-dir", out, "--seed", "1", *GLIBC, *DC_TINY, *extra]
+    return ["train", "deepcam", "--data", data, "--output-dir", out, "--seed", "1", *NO_ALLOCATOR_RESTART,
+            *DC_TINY, *extra]
 
 
 for bench, train_fn, src in (("cosmoflow", cf_train, "cf"), ("deepcam", dc_train, "dc")):

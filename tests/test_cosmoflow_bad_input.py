@@ -10,7 +10,7 @@ import shutil
 import numpy as np
 import pytest
 
-from conftest import run_hpckit
+from conftest import NO_ALLOCATOR_RESTART, run_hpckit
 from hpckit.common import tfrecord
 from hpckit.cosmoflow import synthetic
 
@@ -33,9 +33,8 @@ def data_copy(tiny_data, tmp_path):
 
 
 def train(data, out, *extra, framework="pytorch"):
-    # glibc's allocator: no restart into a fresh interpreter per case (the restart: test_cores)
     return run_hpckit("train", "cosmoflow", "--data", data, "--output-dir", out, "--framework", framework,
-                      "--seed", "1", "--allocator", "glibc", *TINY, *extra, timeout=300)
+                      "--seed", "1", *NO_ALLOCATOR_RESTART, *TINY, *extra, timeout=300)
 
 
 def assert_one_line_error(proc, *needles):

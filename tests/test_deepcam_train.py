@@ -12,7 +12,7 @@ import numpy as np
 import pytest
 import torch
 
-from conftest import PUBLISHED_V2, assert_published_event_order, run_hpckit
+from conftest import NO_ALLOCATOR_RESTART, PUBLISHED_V2, assert_published_event_order, run_hpckit
 from mini_runs import deepcam_mini_runs
 from hpckit.common.config import load_config
 from hpckit.deepcam import data
@@ -135,9 +135,8 @@ def tiny(dc_data, tmp_path):
 
 
 def train_tiny(root, out, *extra):
-    # glibc's allocator: no restart into a fresh interpreter per case (the restart: test_cores)
     return run_hpckit("train", "deepcam", "--data", root, "--config", "mini", "--output-dir", out,
-                      "--seed", "1", "--allocator", "glibc", *TINY, *extra, timeout=300)
+                      "--seed", "1", *NO_ALLOCATOR_RESTART, *TINY, *extra, timeout=300)
 
 
 def assert_one_line_error(proc, *needles):
