@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
+
+import background
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -20,6 +24,27 @@ REPO = Path(__file__).resolve().parents[1]
 NO_ALLOCATOR_RESTART = ("--allocator", "glibc")
 
 
+@pytest.hookimpl(trylast=True)   # after -k/-m deselected what will not run
+def pytest_collection_modifyitems(session, config, items):
+    """Start the slow preparations of the selected tests in the background (tests/background.py)
+    and run their modules last, so that the builds overlap the rest of the suite."""
+    if config.option.collectonly:
+        return
+    late = []
+    for item in items:
+        jobs = {**BACKGROUND, **getattr(item.module, "BACKGROUND", {})}
+        for name in item.fixturenames:
+            if name in jobs:
+                background.start(name, *jobs[name])
+                if item.module not in late:
+                    late.append(item.module)
+    items.sort(key=lambda item: late.index(item.module) + 1 if item.module in late else 0)
+
+
+def pytest_sessionfinish(session, exitstatus):
+    background.release_all()
+
+
 def run_hpckit(*args, timeout=600, env=None, check=False) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1", **(env or {})}
     proc = subprocess.run([sys.executable, "-m", "hpckit", *map(str, args)], capture_output=True,
@@ -28,6 +53,28 @@ def run_hpckit(*args, timeout=600, env=None, check=False) -> subprocess.Complete
         raise AssertionError(f"hpckit {' '.join(map(str, args))} failed ({proc.returncode}):\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")
     return proc
+
+
+def _make_deepcam_runs() -> tuple[Path, list[Path]]:
+    from mini_runs import deepcam_mini_runs
+    cache = os.environ.get("HPCKIT_TEST_RUNS_CACHE")
+    root = Path(cache) if cache else Path(tempfile.mkdtemp(prefix="hpckit-mini-runs-"))
+    return root, deepcam_mini_runs(root, threads=1)
+
+
+def _remove_deepcam_runs(made: tuple[Path, list[Path]]) -> None:
+    if not os.environ.get("HPCKIT_TEST_RUNS_CACHE"):
+        shutil.rmtree(made[0], ignore_errors=True)
+
+
+# this file's background builds (tests/background.py); a test module may add its own
+BACKGROUND = {"deepcam_runs": (_make_deepcam_runs, _remove_deepcam_runs)}
+
+
+@pytest.fixture(scope="session")
+def deepcam_runs() -> list[Path]:
+    """The five DeepCAM mini runs of tests/mini_runs.py (seeds 1-5), made in the background."""
+    return background.result("deepcam_runs", *BACKGROUND["deepcam_runs"])[1]
 
 
 @pytest.fixture(scope="session")

@@ -15,7 +15,6 @@ import numpy as np
 import pytest
 
 from conftest import REPO, run_hpckit
-from mini_runs import deepcam_mini_runs
 
 REAL = REPO.parent / "shared" / "real_logs"
 V20 = REAL / "v2.0"
@@ -120,8 +119,8 @@ def test_validation_on_the_shared_round(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def mini_runs(tmp_path_factory):
-    return deepcam_mini_runs(tmp_path_factory.getbasetemp(), 2)
+def mini_runs(deepcam_runs):
+    return deepcam_runs[:2]
 
 
 def test_project_from_the_kits_runs(mini_runs, tmp_path):

@@ -24,6 +24,7 @@ from pathlib import Path
 
 import pytest
 
+import background
 from conftest import REPO
 
 pytestmark = pytest.mark.slow
@@ -43,16 +44,31 @@ def _missing() -> str | None:
     return None
 
 
-@pytest.fixture(scope="module")
-def rootfs():
+def _build_rootfs() -> dict:
+    """tests/arm64/build_rootfs.sh, in the background (tests/background.py): {"why": why it
+    cannot run here, or None once the root file system is there, "times": what it took}."""
     why = _missing()
     if why:
-        if os.environ.get("CI") == "true":
-            pytest.fail(f"arm64 emulation under CI: {why}")
-        pytest.skip(why)
+        return {"why": why}
+    t0 = time.monotonic()
     proc = subprocess.run(["sh", "tests/arm64/build_rootfs.sh", str(BUILD)], cwd=REPO, capture_output=True,
                           text=True, timeout=3600)
     assert proc.returncode == 0, proc.stderr[-3000:]
+    return {"why": None, "times": f"arm64 root file system: {time.monotonic() - t0:.0f} s "
+                                  f"(in the background at nice {background.NICE})"}
+
+
+BACKGROUND = {"rootfs": (_build_rootfs, None)}
+
+
+@pytest.fixture(scope="module")
+def rootfs():
+    built = background.result("rootfs", _build_rootfs)
+    if built["why"]:
+        if os.environ.get("CI") == "true":
+            pytest.fail(f"arm64 emulation under CI: {built['why']}")
+        pytest.skip(built["why"])
+    print(f"\n{built['times']}")
     # this checkout's kit, fresh
     shutil.rmtree(ROOT / "opt" / "hpckit", ignore_errors=True)
     shutil.copytree(REPO / "apps", ROOT / "opt" / "hpckit" / "apps", ignore=shutil.ignore_patterns("__pycache__"))

@@ -13,7 +13,6 @@ import pytest
 import torch
 
 from conftest import NO_ALLOCATOR_RESTART, PUBLISHED_V2, assert_published_event_order, run_hpckit
-from mini_runs import deepcam_mini_runs
 from hpckit.common.config import load_config
 from hpckit.deepcam import data
 from hpckit.deepcam.train import iou_per_sample, predicted_classes
@@ -64,9 +63,9 @@ DEEPCAM_NOT_LOGGED = {
 }
 
 
-def test_mini_converges_well_above_all_background(tmp_path_factory):
+def test_mini_converges_well_above_all_background(deepcam_runs):
     # the session's seed-1 mini run (tests/mini_runs.py, shared with package and report)
-    out = deepcam_mini_runs(tmp_path_factory.getbasetemp(), 1)[0]
+    out = deepcam_runs[0]
     dc_data = out.parent / "data"
     s = json.loads((out / "summary.json").read_text())
     cfg = load_config("deepcam", "mini")

@@ -20,7 +20,7 @@ import pytest
 import yaml
 
 from conftest import REPO, run_hpckit
-from mini_runs import ORG, deepcam_mini_runs, mini_score
+from mini_runs import ORG, mini_score
 from hpckit.results import package as pkg
 from hpckit.results.checkers import mini_library
 
@@ -173,8 +173,8 @@ def test_mini_library_changes_only_the_mini_rules(tmp_path):
 # ---- real mini runs ------------------------------------------------------------------------
 
 @pytest.fixture(scope="module")
-def mini_runs(tmp_path_factory):
-    return deepcam_mini_runs(tmp_path_factory.getbasetemp(), 5)
+def mini_runs(deepcam_runs):
+    return deepcam_runs
 
 
 @pytest.mark.slow

@@ -20,7 +20,6 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO, run_hpckit
-from mini_runs import deepcam_mini_runs
 
 REAL = REPO.parent / "shared" / "real_logs"
 SET = REAL / "sets" / "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet__cosmoflow"
@@ -243,8 +242,8 @@ def test_report_of_published_set(tmp_path):
 
 @pytest.mark.slow
 @needs_real
-def test_report_of_mini_runs_with_real_reframe_perflog(tmp_path_factory, tmp_path, full_run):
-    runs = deepcam_mini_runs(tmp_path_factory.getbasetemp(), 2)
+def test_report_of_mini_runs_with_real_reframe_perflog(deepcam_runs, tmp_path_factory, tmp_path, full_run):
+    runs = deepcam_runs[:2]
     rfm_tmp, rc, rfm_out = full_run            # the session's `make run` (conftest.py)
     assert rc == 0, rfm_out[-3000:]
     perflogs = rfm_tmp / "rfm" / "perflogs"
