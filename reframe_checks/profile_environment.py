@@ -12,9 +12,7 @@ are through their `extras`:
     'charliecloud': {'container_platform': 'Charliecloud', 'container_image': '<image directory>'}
     'pyxis':        {'container_platform': 'Pyxis', 'container_image': '<enroot image>'}
 
-plus, for an image that lacks a framework, 'frameworks': [...] (the check variants of
-another framework are skipped, named). An environment without these keys (the local
-profile's `hpckit-venv`) changes nothing.
+An environment without these keys (the local profile's `hpckit-venv`) changes nothing.
 
 Spack: the job script sources `$SPACK_ROOT/share/spack/setup-env.sh` unless `spack` is
 already a shell function, then runs `spack env activate -d <folder>`.
@@ -149,14 +147,6 @@ DECLARED = ('HPCKIT_CONTAINER_RUNTIME', 'HPCKIT_CONTAINER_IMAGE')
 
 
 class ProfileEnvironment(rfm.RegressionTestPlugin):
-    @run_after('setup')
-    def skip_frameworks_the_image_lacks(self):
-        frameworks = self.current_environ.extras.get('frameworks')
-        framework = getattr(self, 'framework', None)
-        self.skip_if(bool(frameworks) and framework is not None and framework not in frameworks,
-                     f'the image of environment {self.current_environ.name} has no {framework} '
-                     f'(it has {", ".join(frameworks or ())})')
-
     @run_before('run', always_last=True)
     def use_profile_environment(self):
         extras = self.current_environ.extras

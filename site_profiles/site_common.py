@@ -142,18 +142,14 @@ def _environment(name, extras, env_vars=(('PYTHONUNBUFFERED', '1'),)):
             'env_vars': [list(v) for v in env_vars], 'extras': extras}
 
 
-def container_environments(runtimes, images, target, frameworks=None,
-                           env_vars=(('PYTHONUNBUFFERED', '1'),)):
+def container_environments(runtimes, images, target, env_vars=(('PYTHONUNBUFFERED', '1'),)):
     """One environment per container runtime in `runtimes` (names in CONTAINER_RUNTIMES):
-    the image from the runtime's HPCKIT_* variable, else its default under `images`;
-    `frameworks`: those the image has, where it lacks one (the other variants skip)."""
+    the image from the runtime's HPCKIT_* variable, else its default under `images`."""
     envs = []
     for name in runtimes:
         platform, variable, default = CONTAINER_RUNTIMES[name]
         image = env(variable, default.format(images=images, target=target, version=IMAGE_VERSION))
         extras = {'container_platform': platform, 'container_image': image}
-        if frameworks:
-            extras['frameworks'] = list(frameworks)
         envs.append(_environment(name, extras, env_vars))
     return envs
 
@@ -214,14 +210,14 @@ def target_configuration(settings_file, *, descr, hostnames, partition, ranks_pe
 
 
 def venv_configuration(settings_file, *, descr, partitions, omp_num_threads, env_vars=(),
-                       runtimes=(), target='local', frameworks=None):
+                       runtimes=(), target='local'):
     """The site_configuration of a profile that runs on whatever machine it is started on
     (local, slurm-local): one system named after the profile's folder, its ReFrame prefix
     the repository, every partition in the one environment `hpckit-venv` (the
     repository's .venv first on PATH, OMP_NUM_THREADS, unbuffered Python, then
     `env_vars`); performance references per machine (machine_reference_prefix).
     With `runtimes`, the partitions run in those container environments instead (the
-    `target` image, from HPCKIT_DATA/images by default, with `frameworks`), the venv
+    `target` image, from HPCKIT_DATA/images by default), the venv
     still first on PATH (where pip put podman-hpc)."""
     here, name, repo = _profile(settings_file)
     _set_reference_prefix(machine_reference_prefix(here))
@@ -232,7 +228,7 @@ def venv_configuration(settings_file, *, descr, partitions, omp_num_threads, env
                  *env_vars]
     if runtimes:
         images = os.path.join(env('HPCKIT_DATA', os.path.join(repo, 'data')), 'images')
-        environments = container_environments(runtimes, images, target, frameworks, variables)
+        environments = container_environments(runtimes, images, target, variables)
     else:
         environments = [{'name': 'hpckit-venv', 'features': ['hpckit'], 'env_vars': variables}]
     return {

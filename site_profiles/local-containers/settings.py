@@ -14,7 +14,8 @@ The image, built from containers/local/Dockerfile:
                 default $HPCKIT_DATA/images/hpckit-local-0.1.0, HPCKIT_DATA defaulting
                 to the repository's data/)
 
-The local image has PyTorch only: the TensorFlow variant of CosmoFlowCheck is skipped, named.
+The local image holds the local profile's whole stack (PyTorch and TensorFlow): every check
+of `local` runs in it.
 Performance references are per machine, as for `local`.
 """
 
@@ -33,5 +34,4 @@ site_configuration = venv_configuration(
     omp_num_threads='$(nproc)',
     runtimes=('podman-hpc', 'charliecloud'),
     target='local',
-    frameworks=('pytorch',),
 )

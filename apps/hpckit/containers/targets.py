@@ -70,10 +70,10 @@ _APT = ("python3", "python3-venv", "ca-certificates",
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target(
         name="local",
-        description="the CPU image built and run here (tests): PyTorch CPU stack of "
-                    "requirements/cpu.txt, no TensorFlow; pip installs only from the "
-                    "build context's wheels/ (see `hpckit containers requirements`)",
-        base=DEBIAN, platform="linux/amd64", torch_build="+cpu", tensorflow=None,
+        description="the CPU image built and run here (tests): the CPU stack of "
+                    "requirements/cpu.txt, PyTorch and TensorFlow; pip installs only from "
+                    "the build context's wheels/ (see `hpckit containers requirements`)",
+        base=DEBIAN, platform="linux/amd64", torch_build="+cpu", tensorflow="tensorflow-cpu",
         apt=_APT, env=_ENV + (("HPCKIT_TARGET", "local"),),
         wheels_from_context=True),
     Target(
