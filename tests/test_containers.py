@@ -11,8 +11,9 @@
   training runs inside it; the same image goes through NERSC's podman-hpc (migrated to its
   squashfs store) and the same Dockerfile is built by Charliecloud (`ch-image build`,
   unprivileged), and every check of the local profile (CosmoFlow with TensorFlow and with
-  PyTorch, DeepCAM; mini) runs in both to PASS (site_profiles/local-containers). A missing tool skips, named; under CI=true it
-  fails.
+  PyTorch, DeepCAM; mini) runs in both to PASS (site_profiles/local-containers). The
+  builds run in the background from the session's start (tests/background.py). A missing
+  tool skips, named; under CI=true it fails.
 """
 
 from __future__ import annotations
