@@ -29,9 +29,9 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 NICE = 19
-_pool: ThreadPoolExecutor | None = None
-_jobs: dict[str, tuple[Future, Callable[[Any], None] | None]] = {}
-_released: set[str] = set()
+# a thread per build (made when a build starts): a build may wait for another's result
+_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="background")
+_jobs: dict[str, tuple[Future, Callable[[Any], None] | None]] = {}   # not released yet
 _lock = threading.Lock()   # a build may start another (its prerequisite) from its thread
 
 
@@ -42,13 +42,9 @@ def _niced(build: Callable[[], Any]) -> Any:
 
 def start(name: str, build: Callable[[], Any], release: Callable[[Any], None] | None = None) -> None:
     """Start `build` in the background, once per name."""
-    global _pool
     with _lock:
         if name in _jobs:
             return
-        if _pool is None:
-            # a thread per build: a build may wait for another's result
-            _pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="background")
         _jobs[name] = (_pool.submit(_niced, build), release)
 
 
@@ -66,10 +62,10 @@ def result(name: str, build: Callable[[], Any] | None = None,
 def release(name: str) -> None:
     """Remove what the build `name` made, once. A failed build is not released: it removed
     what it made itself, or left it to be looked at."""
-    if name in _released or name not in _jobs:
-        return
-    _released.add(name)
-    future, undo = _jobs[name]
+    with _lock:
+        if name not in _jobs:
+            return
+        future, undo = _jobs.pop(name)
     if undo is not None and future.exception() is None:
         undo(future.result())
 
@@ -78,5 +74,4 @@ def release_all() -> None:
     """At the end of the session: wait for every build and release what no test did."""
     for name in list(_jobs):
         release(name)
-    if _pool is not None:
-        _pool.shutdown(wait=True)
+    _pool.shutdown(wait=True)

@@ -59,7 +59,7 @@ def _make_deepcam_runs() -> tuple[Path, list[Path]]:
     from mini_runs import deepcam_mini_runs
     cache = os.environ.get("HPCKIT_TEST_RUNS_CACHE")
     root = Path(cache) if cache else Path(tempfile.mkdtemp(prefix="hpckit-mini-runs-"))
-    return root, deepcam_mini_runs(root, threads=1)
+    return root, deepcam_mini_runs(root)
 
 
 def _remove_deepcam_runs(made: tuple[Path, list[Path]]) -> None:

@@ -63,7 +63,7 @@ BACKGROUND = {"rootfs": (_build_rootfs, None)}
 
 @pytest.fixture(scope="module")
 def rootfs():
-    built = background.result("rootfs", _build_rootfs)
+    built = background.result("rootfs", *BACKGROUND["rootfs"])
     if built["why"]:
         if os.environ.get("CI") == "true":
             pytest.fail(f"arm64 emulation under CI: {built['why']}")

@@ -373,7 +373,7 @@ def _release_local_image(info: dict) -> None:
 def local_image():
     """The local image (_build_local_image), shared by the Podman, podman-hpc and
     Charliecloud tests; removed at the end of the module."""
-    info = background.result("local_image", _build_local_image, _release_local_image)
+    info = background.result("local_image", *BACKGROUND["local_image"])
     _unavailable(info["why"])
     print(f"\n{info['times']}")
     yield info
@@ -486,7 +486,7 @@ def _prepare_runtimes() -> dict:
     """The local image made ready for each runtime (_podman_hpc, _charliecloud), in the
     background after the image: {"why": {runtime: why it cannot run, or None}, "env": the
     ReFrame session's environment, "times": what each took}."""
-    local_image = background.result("local_image", _build_local_image, _release_local_image)
+    local_image = background.result("local_image", *BACKGROUND["local_image"])
     if local_image["why"]:
         return {"why": dict.fromkeys(RUNTIMES, local_image["why"]), "env": {}, "times": []}
     env, times = _user_env(), []
@@ -499,7 +499,7 @@ def _prepare_runtimes() -> dict:
 
 @pytest.fixture(scope="module")
 def runtime_images(local_image):
-    return background.result("runtime_images", _prepare_runtimes)
+    return background.result("runtime_images", *BACKGROUND["runtime_images"])
 
 
 BACKGROUND = {"local_image": (_build_local_image, _release_local_image),

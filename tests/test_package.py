@@ -172,15 +172,10 @@ def test_mini_library_changes_only_the_mini_rules(tmp_path):
 
 # ---- real mini runs ------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def mini_runs(deepcam_runs):
-    return deepcam_runs
-
-
 @pytest.mark.slow
-def test_mini_runs_package_passes_with_mini_ruleset(mini_runs, tmp_path):
+def test_mini_runs_package_passes_with_mini_ruleset(deepcam_runs, tmp_path):
     out = tmp_path / "pkg"
-    proc = run_hpckit("package", "--site", "local", "--org", ORG, *mini_runs, "--out", out, "--check", "mini")
+    proc = run_hpckit("package", "--site", "local", "--org", ORG, *deepcam_runs, "--out", out, "--check", "mini")
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "PACKAGE OK" in proc.stdout and "SUMMARY OK: local_cpu deepcam" in proc.stdout
     assert "Seed" not in proc.stdout  # the seed checker ran and passed (five distinct seeds)
@@ -190,7 +185,7 @@ def test_mini_runs_package_passes_with_mini_ruleset(mini_runs, tmp_path):
     assert sorted(p.name for p in res.iterdir()) == [f"result_{i}.txt" for i in range(5)]
     # provenance: the system description's software fields are what the runs recorded, and
     # benchmarks/ holds every result's record (with the package list from summary.json)
-    recorded = json.loads((mini_runs[0] / "summary.json").read_text())["provenance"]
+    recorded = json.loads((deepcam_runs[0] / "summary.json").read_text())["provenance"]
     desc = json.loads((org / "systems" / "local_cpu.json").read_text())
     assert desc["framework"] == f"PyTorch {recorded['frameworks']['torch']}"
     assert desc["other_software_stack"]["python"] == recorded["python"]["version"]
@@ -220,7 +215,7 @@ def test_mini_runs_package_passes_with_mini_ruleset(mini_runs, tmp_path):
     rs = official("result_summarizer", org, "3.0.0", cwd=work, pythonpath=lib)
     row = json.loads((work / "summary.json").read_text())[0]
     # the summarizer's olympic mean = the kit's scoring of the same runs under the mini target
-    kit = mini_score(mini_runs)
+    kit = mini_score(deepcam_runs)
     assert kit["valid"] and row["deepcam:time_to_train"] == pytest.approx(kit["score_min"], abs=1e-6), rs.stdout
 
 
