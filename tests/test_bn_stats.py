@@ -5,22 +5,14 @@ as the reference's BatchNormStatsSynchronize (mlcommons/hpc@2c627d4 utils/bnstat
 
 from __future__ import annotations
 
-import socket
-
 import torch
-import torch.multiprocessing as mp
 
 from hpckit.common.dist import Ranks, TorchComm
 from hpckit.deepcam.train import Trainer
+from ranks import run_ranks
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _rank(rank: int, port: int, queue) -> None:
+def _rank(rank: int, port: int):
     torch.set_num_threads(1)
     ranks = Ranks(rank=rank, size=2, local_rank=rank, local_size=2, master_port=port)
     comm = TorchComm(ranks, torch.device("cpu"), timeout_s=60)
@@ -37,25 +29,12 @@ def _rank(rank: int, port: int, queue) -> None:
                         if isinstance(b := getattr(m, name, None), torch.Tensor)]
     trainer.average_bn_stats()
     after = [b.clone() for b in trainer.bn_stats]
-    queue.put((rank, [t.tolist() for t in before], [t.tolist() for t in after]))
     comm.close()
+    return [t.tolist() for t in before], [t.tolist() for t in after]
 
 
 def test_running_stats_are_the_rank_average_on_every_rank():
-    ctx = mp.get_context("spawn")
-    queue = ctx.Queue()
-    port = _free_port()
-    procs = [ctx.Process(target=_rank, args=(r, port, queue)) for r in range(2)]
-    for p in procs:
-        p.start()
-    results = {}
-    for _ in procs:
-        rank, before, after = queue.get(timeout=120)
-        results[rank] = (before, after)
-    for p in procs:
-        p.join(timeout=60)
-        assert p.exitcode == 0
-    (b0, a0), (b1, a1) = results[0], results[1]
+    (b0, a0), (b1, a1) = run_ranks(_rank, 2)
     assert len(b0) == 4
     assert any(torch.tensor(x).ne(torch.tensor(y)).any() for x, y in zip(b0, b1)), \
         "the ranks' statistics were equal before averaging: broadcast_buffers is not off"

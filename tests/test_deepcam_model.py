@@ -3,20 +3,16 @@ validation, initialisation, and batch-norm synchronisation groups."""
 
 from __future__ import annotations
 
-import json
 import math
-import socket
-import subprocess
-import sys
 
 import pytest
 import torch
 from torch import nn
 
-from conftest import REPO
 from hpckit.common.config import load_config
 from hpckit.common.errors import KitError
 from hpckit.deepcam.model import build_model, describe_rows, parameter_count, sync_batchnorm
+from ranks import run_ranks
 
 # Upstream's network (mlcommons/hpc deepcam/src/deepCam/architecture/deeplab_xception.py,
 # DeepLabv3_plus(n_input=16, n_classes=3, os=16), as train.py builds it) counted on the meta
@@ -183,22 +179,14 @@ def test_initialisation_follows_upstream():
     assert torch.equal(affine.weight, torch.ones(64)) and torch.equal(affine.bias, torch.zeros(64))
 
 
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _batchnorm_kinds(model):
     plain = sum(type(m) is nn.BatchNorm2d for m in model.modules())
     synced = [m for m in model.modules() if isinstance(m, nn.SyncBatchNorm)]
     return plain, synced
 
 
-def test_batchnorm_group_size_one_process():
+def _one_process_group(rank, port):
     import torch.distributed as dist
-    if not dist.is_available():
-        pytest.skip("torch.distributed is not available")
     cfg = load_config("deepcam", "mini", ["model.batchnorm_group_size=2"])
     # Not initialised: build_model keeps local batch norm, the helper says what is missing.
     plain, synced = _batchnorm_kinds(_meta_model(cfg))
@@ -206,7 +194,7 @@ def test_batchnorm_group_size_one_process():
     with pytest.raises(KitError, match="'model.batchnorm_group_size'.*initialised"):
         sync_batchnorm(nn.BatchNorm2d(4), 2)
 
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{_free_port()}", rank=0, world_size=1)
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=0, world_size=1)
     try:
         model = build_model(load_config("deepcam", "mini"))          # group size 1
         plain, synced = _batchnorm_kinds(model)
@@ -217,24 +205,27 @@ def test_batchnorm_group_size_one_process():
         assert "\n" not in str(e.value)
     finally:
         dist.destroy_process_group()
+    return True
 
 
-_RANK_SCRIPT = """
-import json, sys
-import torch.distributed as dist
-from torch import nn
-from hpckit.common.config import load_config
-from hpckit.deepcam.model import build_model
-rank, port = int(sys.argv[1]), sys.argv[2]
-dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
-model = build_model(load_config("deepcam", "mini", ["model.batchnorm_group_size=2"]))
-synced = [m for m in model.modules() if isinstance(m, nn.SyncBatchNorm)]
-print(json.dumps({"rank": rank,
-                  "plain": sum(type(m) is nn.BatchNorm2d for m in model.modules()),
-                  "synced": len(synced),
-                  "groups": sorted({tuple(dist.get_process_group_ranks(m.process_group)) for m in synced})}))
-dist.destroy_process_group()
-"""
+def test_batchnorm_group_size_one_process():
+    """In a rank process of its own (tests/ranks.py), not in pytest's: a process that had a
+    process group does not go through the interpreter's teardown."""
+    import torch.distributed as dist
+    if not dist.is_available():
+        pytest.skip("torch.distributed is not available")
+    assert run_ranks(_one_process_group, 1) == [True]
+
+
+def _two_ranks(rank, port):
+    import torch.distributed as dist
+    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2)
+    model = build_model(load_config("deepcam", "mini", ["model.batchnorm_group_size=2"]))
+    synced = [m for m in model.modules() if isinstance(m, nn.SyncBatchNorm)]
+    result = {"plain": sum(type(m) is nn.BatchNorm2d for m in model.modules()), "synced": len(synced),
+              "groups": sorted({tuple(dist.get_process_group_ranks(m.process_group)) for m in synced})}
+    dist.destroy_process_group()
+    return result
 
 
 def test_batchnorm_synchronised_over_two_ranks():
@@ -244,13 +235,5 @@ def test_batchnorm_synchronised_over_two_ranks():
     if not dist.is_available():
         pytest.skip("torch.distributed is not available")
     n_bn = _batchnorm_kinds(_meta_model(load_config("deepcam", "mini")))[0]
-    port = str(_free_port())
-    procs = [subprocess.Popen([sys.executable, "-c", _RANK_SCRIPT, str(rank), port], cwd=REPO,
-                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for rank in (0, 1)]
-    results = []
-    for proc in procs:
-        out, err = proc.communicate(timeout=180)
-        assert proc.returncode == 0, err[-2000:]
-        results.append(json.loads(out.strip().splitlines()[-1]))
-    for rank, res in enumerate(results):
-        assert res == {"rank": rank, "plain": 0, "synced": n_bn, "groups": [[0, 1]]}, res
+    for res in run_ranks(_two_ranks, 2):
+        assert res == {"plain": 0, "synced": n_bn, "groups": [(0, 1)]}, res

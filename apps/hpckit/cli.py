@@ -164,10 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     dist = sys.modules.get("hpckit.common.dist")    # loaded only where a run made a communicator
     if dist is not None and dist.UNSAFE_TEARDOWN:
         # results and logs are written and closed; skip the interpreter teardown that can
-        # deadlock in torch's gloo destructors (common/dist.py UNSAFE_TEARDOWN)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(code)
+        # deadlock or abort in torch's gloo destructors (common/dist.py UNSAFE_TEARDOWN)
+        dist.end_process(code)
     return code
 
 

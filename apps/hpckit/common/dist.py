@@ -337,9 +337,24 @@ class Comm:
 # written): the main thread, holding the GIL, destroyed DDP's Reducer and with it the gloo
 # process group, joining a runloop thread that waited for the GIL to free a finished
 # allreduce's tensors (gdb: ~ProcessGroupGloo -> thread::join; ~AsyncAllreduceWork ->
-# gil_scoped_acquire). cli.main ends such a process with os._exit once everything is
-# written and flushed.
+# gil_scoped_acquire). Or it aborts: "terminate called without an active exception",
+# SIGABRT, seen 2026-11-26 in a test's rank after its results were handed over. cli.main
+# ends such a process with end_process once everything is written and flushed.
 UNSAFE_TEARDOWN = False
+
+
+def end_process(code: int):
+    """End this process now with exit status `code`, skipping the interpreter teardown
+    (UNSAFE_TEARDOWN): stdout and stderr are flushed first; everything else the process
+    had to hand over (logs, summary.json, a test rank's results) must be written and closed
+    before. The one way a process that had a process group ends, in the kit (cli.main) and
+    in the tests' own ranks (tests/ranks.py)."""
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):   # a closed or broken stream: nothing more to say
+            pass
+    os._exit(code)
 # This process's place in a throughput campaign (run.launch sets it): cli.main waits at
 # its end barrier before the process exits.
 ACTIVE_CAMPAIGN = None
