@@ -45,10 +45,29 @@ def test_plan(local_rank, local_size, affinity, allocation, workers, expect):
     assert (p.threads, cores.cpu_list(p.cpus), p.binding, p.loader_workers) == expect
 
 
-@pytest.mark.parametrize("cpus,workers,expect", [(32, 4, (28, 4)), (8, 4, (4, 4)), (2, 4, (1, 1)), (4, 0, (4, 0))])
+@pytest.mark.parametrize("cpus,workers,expect", [(32, 4, (28, 4)), (8, 4, (4, 4)), (2, 4, (1, 1)), (4, 0, (4, 0)),
+                                                 # the issue-32 node: 16 CPUs, 14 workers asked, 8 granted before
+                                                 (16, 14, (2, 14)), (16, 16, (2, 14)), (3, 4, (2, 1))])
 def test_with_an_accelerator_the_workers_keep_their_cpus(cpus, workers, expect):
+    """On a GPU node the loader may take every CPU but the training process's own
+    (cores.MAIN_PROCESS_CPUS: its loop and the pin-memory thread), not half of them."""
     p = cores.plan(0, 1, None, workers, accelerator=True, affinity=set(range(cpus)), allocation=set(range(cpus)))
     assert (p.threads, p.loader_workers) == expect
+    assert p.threads + p.loader_workers == max(cpus, 1 + p.loader_workers)
+
+
+@pytest.mark.parametrize("local_rank,local_size,cpus,accelerator,workers,expect", [
+    # an eos-like node, 8 GPUs and 112 cores, torchrun: 14 CPUs a rank, 12 workers each at most
+    (7, 8, 112, True, 16, (2, "98-111", 12)),
+    (7, 8, 112, True, 4, (10, "98-111", 4)),
+    # the same node without GPUs: half the rank's CPUs at most, every CPU for the step
+    (7, 8, 112, False, 16, (14, "98-111", 7)),
+])
+def test_ranks_sharing_a_gpu_node(local_rank, local_size, cpus, accelerator, workers, expect):
+    p = cores.plan(local_rank, local_size, None, workers, accelerator=accelerator, affinity=set(range(cpus)),
+                   allocation=set(range(cpus)))
+    assert (p.threads, cores.cpu_list(p.cpus), p.loader_workers) == expect
+    assert p.as_log()["loader_workers"] == expect[2]
 
 
 def test_threads_option_wins():

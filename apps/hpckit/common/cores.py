@@ -16,15 +16,18 @@ before the framework's runtime starts (`plan`, then `apply`):
    `local_rank * slice`, and pins itself to it (sched_setaffinity) so the ranks do not
    migrate onto each other's cores. One rank on the node takes them all.
 
-Loader worker processes run on the rank's CPUs too, so they must fit in the rank's share:
-at most half of the rank's CPUs (at least one) run workers; the config's
-`data.loader_workers` is cut down to that, logged. Who gets the cores then depends on
-where the step runs:
+Loader worker processes run on the rank's CPUs too, so they must fit in the rank's share.
+How many may run, and who gets the cores, depends on where the step runs:
 - on the CPU the training step's compute is the work, and a worker is busy only a small
   fraction of the time (a 16 MB CosmoFlow sample gunzips in tens of milliseconds, a CPU
-  step takes seconds per sample): the intra-op threads take every CPU of the rank;
-- with an accelerator the CPU's work is feeding it: the workers keep their CPUs and the
-  intra-op threads take the rest.
+  step takes seconds per sample): at most half of the rank's CPUs (at least one) run
+  workers, and the intra-op threads take every CPU of the rank;
+- with an accelerator the CPU's work is feeding it: the workers may take every CPU but the
+  MAIN_PROCESS_CPUS the training process itself keeps (its loop, which launches the
+  kernels, and the thread that copies each batch into pinned memory; bench/feed_rate.py
+  measures that process's CPU time per sample), and the intra-op threads take the CPUs
+  the workers leave.
+The config's `data.loader_workers` is cut down to that cap, logged.
 What was decided is logged in the MLPerf log (`hpckit_config.cores`) and summary.json.
 """
 
@@ -272,6 +275,14 @@ def allocation_cpus() -> set[int]:
     return set(range(os.cpu_count() or 1))
 
 
+# With an accelerator, the CPUs the training process keeps for itself: the loop that
+# launches the step's kernels, and DataLoader's pin-memory thread, which copies every batch
+# from the workers' shared memory into pinned memory for the asynchronous host-to-device copy
+# (bench/feed_rate.py measures the main process's CPU time per sample: bench/README.md
+# "feed_rate.py").
+MAIN_PROCESS_CPUS = 2
+
+
 def plan(local_rank: int, local_size: int, requested_threads: int | None, loader_workers: int,
          accelerator: bool = False, affinity: set[int] | None = None,
          allocation: set[int] | None = None) -> CorePlan:
@@ -290,7 +301,8 @@ def plan(local_rank: int, local_size: int, requested_threads: int | None, loader
         binding = "node share"
     else:
         binding = "launcher" if len(affinity) < len(allocation | affinity) else "node share"
-    workers = min(loader_workers, max(1, len(cpus) // 2))
+    cap = max(1, len(cpus) - MAIN_PROCESS_CPUS) if accelerator else max(1, len(cpus) // 2)
+    workers = min(loader_workers, cap)
     threads = requested_threads or (max(1, len(cpus) - workers) if accelerator else len(cpus))
     return CorePlan(threads=threads, cpus=tuple(cpus), binding=binding, loader_workers=workers,
                     ranks_per_node=local_size)
