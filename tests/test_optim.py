@@ -134,6 +134,162 @@ def test_lamb_cuda_matches_cpu():
         torch.testing.assert_close(c, g, rtol=1e-5, atol=1e-6)
 
 
+class PerParameterLAMB(torch.optim.Optimizer):
+    """The kit's LAMB as it was up to cf95ba2: the same math, one tensor at a time (a
+    Python loop of ~20 ops per tensor). The multi-tensor LAMB must stay equal to it."""
+
+    def __init__(self, params, lr, betas, eps, weight_decay, bias_correction=True, grad_averaging=True,
+                 max_grad_norm=1.0):
+        super().__init__(params, dict(lr=lr, betas=betas, eps=eps, weight_decay=weight_decay,
+                                      bias_correction=bias_correction, grad_averaging=grad_averaging,
+                                      max_grad_norm=max_grad_norm))
+
+    @torch.no_grad()
+    def step(self):
+        grads = [p.grad for group in self.param_groups for p in group["params"] if p.grad is not None]
+        max_norm = self.defaults["max_grad_norm"]
+        divisor = None
+        if max_norm:
+            norms = [torch.linalg.vector_norm(g, dtype=torch.float32) for g in grads]
+            divisor = torch.clamp(torch.linalg.vector_norm(torch.stack(norms)) / max_norm, min=1.0)
+        for group in self.param_groups:
+            lr, eps, wd = group["lr"], group["eps"], group["weight_decay"]
+            beta1, beta2 = group["betas"]
+            c = (1.0 - beta1) if group["grad_averaging"] else 1.0
+            for p in group["params"]:
+                g = p.grad if divisor is None else p.grad / divisor
+                state = self.state[p]
+                if not state:
+                    state.update(step=0, m=torch.zeros_like(p), v=torch.zeros_like(p))
+                state["step"] += 1
+                t, m, v = state["step"], state["m"], state["v"]
+                m.mul_(beta1).add_(g, alpha=c)
+                v.mul_(beta2).addcmul_(g, g, value=1.0 - beta2)
+                m_hat, v_hat = (m / (1.0 - beta1 ** t), v / (1.0 - beta2 ** t)) if group["bias_correction"] else (m, v)
+                update = m_hat / (v_hat.sqrt().add_(eps))
+                if wd != 0.0:
+                    update.add_(p, alpha=wd)
+                w_norm, u_norm = torch.linalg.vector_norm(p), torch.linalg.vector_norm(update)
+                ratio = torch.where((w_norm > 0) & (u_norm > 0), w_norm / u_norm, torch.ones_like(w_norm))
+                p.add_(update.mul_(ratio), alpha=-lr)
+
+
+def _mini_deepcam(seed: int):
+    from hpckit.common.config import load_config
+    from hpckit.deepcam.model import build_model
+    cfg = load_config("deepcam", "mini")
+    torch.manual_seed(seed)
+    return cfg, build_model(cfg)
+
+
+def test_multi_tensor_lamb_equals_per_parameter_lamb_on_deepcam():
+    """10 steps on the mini DeepCAM network's tensors (every kind: convolutions, batch norm,
+    the zero-initialised biases and affine shifts) with the reference's LAMB settings and a
+    rising learning rate, both optimizers fed the same gradients (the network's, at the
+    multi-tensor side's weights): the weights stay within 1e-6 of each other."""
+    cfg, model = _mini_deepcam(3)
+    twin = [torch.nn.Parameter(p.detach().clone()) for p in model.parameters()]
+    ours = make_optimizer(model.parameters(), REF_OPT)
+    theirs = PerParameterLAMB(twin, REF_OPT["lr"], tuple(REF_OPT["betas"]), REF_OPT["eps"], REF_OPT["weight_decay"])
+    start = [p.detach().clone() for p in model.parameters()]
+    gen = torch.Generator().manual_seed(4)
+    d = cfg["data"]
+    for step in range(10):
+        x = torch.randn(1, d["n_channels"], d["height"], d["width"], generator=gen)
+        model.zero_grad(set_to_none=True)
+        model(x).square().mean().backward()
+        for p, q in zip(model.parameters(), twin):
+            q.grad = p.grad.clone()
+        for opt in (ours, theirs):
+            for group in opt.param_groups:
+                group["lr"] = REF_OPT["lr"] * (step + 1) / 10
+            opt.step()
+        for a, b in zip(model.parameters(), twin):
+            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+    assert all((a.detach() != a0).any() for a, a0 in zip(model.parameters(), start))
+
+
+def _top_level_aten_ops(fn) -> int:
+    """ATen ops that `fn` dispatches itself (not those an op runs inside: on the CPU a
+    foreach op runs one op per tensor inside)."""
+    from torch.profiler import ProfilerActivity, profile
+    with profile(activities=[ProfilerActivity.CPU]) as prof:
+        fn()
+
+    def inside_aten(event):
+        parent = event.cpu_parent
+        while parent is not None:
+            if parent.name.startswith("aten::"):
+                return True
+            parent = parent.cpu_parent
+        return False
+
+    return sum(1 for e in prof.events() if e.name.startswith("aten::") and not inside_aten(e))
+
+
+@pytest.mark.parametrize("found_inf", [False, True])
+def test_lamb_step_dispatches_a_number_of_ops_independent_of_the_parameter_count(found_inf):
+    counts = {}
+    for n in (4, 64):
+        params = [torch.nn.Parameter(torch.randn(3, 5)) for _ in range(n)]
+        for p in params:
+            p.grad = torch.randn_like(p)
+        opt = make_optimizer(params, REF_OPT)
+        opt.step()                      # the state exists from here on
+        kwargs = {"found_inf": torch.tensor(1.0 if found_inf else 0.0)}
+        counts[n] = _top_level_aten_ops(lambda: opt.step(**kwargs))
+    assert counts[4] == counts[64], counts
+    assert counts[64] < 64, counts      # the per-parameter loop dispatched ~20 per tensor
+
+
+def test_lamb_skips_a_step_with_found_inf_on_the_device():
+    """found_inf (GradScaler's contract, and the kit's non-finite guard) leaves weights,
+    moments and the step count exactly as they were, the first step included (a zero count
+    must not divide a zero moment by 1 - beta^0 = 0)."""
+    gen = torch.Generator().manual_seed(8)
+    params = [torch.nn.Parameter(torch.randn(4, 3, generator=gen)), torch.nn.Parameter(torch.zeros(3))]
+    opt = make_optimizer(params, REF_OPT)
+    for p in params:
+        p.grad = torch.zeros_like(p)    # the kit zeroes non-finite gradients before a skipped step
+    before = [p.detach().clone() for p in params]
+    opt.step(found_inf=torch.tensor(1.0))
+    assert all(torch.equal(p, b) for p, b in zip(params, before))
+    assert float(opt.state[params[0]]["step"]) == 0
+    for p in params:
+        p.grad = torch.randn(p.shape, generator=gen)
+    opt.step(found_inf=torch.tensor(0.0))
+    state = [(opt.state[p]["exp_avg"].clone(), opt.state[p]["exp_avg_sq"].clone()) for p in params]
+    after_one = [p.detach().clone() for p in params]
+    assert not torch.equal(after_one[0], before[0]) and not torch.equal(after_one[1], before[1])
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    opt.step(found_inf=torch.tensor(1.0))
+    assert all(torch.equal(p, b) for p, b in zip(params, after_one))
+    assert all(torch.equal(opt.state[p]["exp_avg"], m) and torch.equal(opt.state[p]["exp_avg_sq"], v)
+               for p, (m, v) in zip(params, state))
+    assert float(opt.state[params[0]]["step"]) == 1
+
+
+def test_lamb_under_grad_scaler_skips_overflow_and_backs_off():
+    """fp16's dynamic loss scaling (torch.amp.GradScaler) hands LAMB its found_inf: an
+    overflowing step changes nothing but the scale, which halves; a finite one trains."""
+    scaler = torch.amp.GradScaler("cpu", init_scale=2.0 ** 16)
+    w = torch.nn.Parameter(torch.ones(3))
+    opt = make_optimizer([w], REF_OPT)
+    for value, moved in ((float("inf"), False), (1.0, True)):
+        opt.zero_grad(set_to_none=True)
+        scaler.scale((w * value).sum()).backward()
+        scaler.unscale_(opt)
+        found = sum(v for v in scaler._found_inf_per_device(opt).values())
+        if float(found):
+            w.grad.zero_()
+        before, scale = w.detach().clone(), scaler.get_scale()
+        scaler.step(opt)
+        scaler.update()
+        assert (not torch.equal(w.detach(), before)) == moved
+        assert scaler.get_scale() == (scale if moved else scale / 2)
+
+
 def test_make_optimizer_kinds():
     p = [torch.nn.Parameter(torch.zeros(2))]
     adam = make_optimizer(p, {**REF_OPT, "name": "Adam"})
