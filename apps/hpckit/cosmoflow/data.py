@@ -13,8 +13,10 @@ from __future__ import annotations
 
 import os
 import stat
+import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -237,11 +239,33 @@ def _sampler(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler):
                                                             train and cfg["data"]["shuffle"])
 
 
-def torch_loader(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler=None):
+class Counts(NamedTuple):
+    """A batch's x as the GPU path ships it: the samples' raw int16 counts (N, S, S, S, 4),
+    half the bytes of the float32 transform, which `to_device` applies on the device."""
+    counts: "torch.Tensor"
+    apply_log: bool
+
+
+def _pinned(device) -> bool:
+    return getattr(device, "type", None) == "cuda"
+
+
+def torch_loader(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler=None, device=None,
+                 device_transform: bool | None = None):
+    """Batches (x, y) of `split` in the order of `sampler` (hpckit.common.run.EpochSampler;
+    without one all of `split`, reshuffled every epoch when training), for `to_device`.
+
+    For a CUDA `device` the batches come in pinned host memory (DataLoader's pin_memory:
+    the host-to-device copies are asynchronous) and x is the raw int16 counts (`Counts`),
+    transformed on the device by `to_device` (`device_transform`, default: on CUDA; the
+    tests and bench/feed_rate.py ask for it on the CPU). Otherwise x is transform()'s
+    float32, computed in the loader workers, as on every CPU run."""
     import torch
     from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import default_collate
 
     size, apply_log = cfg["data"]["sample_size"], cfg["data"]["apply_log"]
+    raw = _pinned(device) if device_transform is None else device_transform
 
     class CosmoDataset(Dataset):
         def __len__(self):
@@ -249,12 +273,59 @@ def torch_loader(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler=N
 
         def __getitem__(self, i):
             x, y = read_sample(split, i, size)
-            return torch.from_numpy(transform(x, apply_log)), torch.from_numpy(y)
+            if not raw:
+                return torch.from_numpy(transform(x, apply_log)), torch.from_numpy(y)
+            if not x.flags.writeable:   # a view of the TFRecord's bytes: collate only copies it
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore", UserWarning)
+                    return torch.from_numpy(x), torch.from_numpy(y)
+            return torch.from_numpy(x), torch.from_numpy(y)
+
+    def collate(batch):
+        x, y = default_collate(batch)   # in a worker: stacked into shared memory
+        return Counts(x, apply_log), y
 
     workers = cfg["data"]["loader_workers"]
     return DataLoader(CosmoDataset(), batch_size=cfg["data"]["batch_size"],
-                      sampler=_sampler(split, cfg, train, seed, sampler), drop_last=train, num_workers=workers, persistent_workers=workers > 0,
+                      sampler=_sampler(split, cfg, train, seed, sampler), drop_last=train, num_workers=workers,
+                      persistent_workers=workers > 0, collate_fn=collate if raw else None,
+                      pin_memory=_pinned(device),
                       prefetch_factor=cfg["data"]["prefetch"] if workers > 0 else None)
+
+
+LOG1P_TABLE_SIZE = 1 << 15   # every value an int16 count can take (read_sample refuses negative ones)
+_log1p_tables: dict = {}
+
+
+def _log1p_table(device):
+    """transform(v, True) for every count v, once per device: the device's log1p of the counts
+    is a lookup in it, so it is bit-identical to the CPU transform (numpy's log1p)."""
+    import torch
+    key = str(device)
+    if key not in _log1p_tables:
+        values = transform(np.arange(LOG1P_TABLE_SIZE, dtype=np.int16), True)
+        _log1p_tables[key] = torch.from_numpy(values).to(device)
+    return _log1p_tables[key]
+
+
+def to_device(x, y, device):
+    """The batch (x, y) of a `torch_loader` on `device`, as the model takes it: float32
+    x (N, S, S, S, 4) transformed, y (N, 4). Non-blocking copies (asynchronous from the
+    pinned memory the loader gives on CUDA). A `Counts` batch is transformed on the device:
+    log(x + 1) as a lookup of the 32,768 values a count can take (bit-identical to
+    transform()); x / mean(x) per sample with the mean summed exactly (float64 over the
+    integer counts), so within 2 float32 roundings of transform()'s float32 mean."""
+    import torch
+    y = y.to(device, non_blocking=True)
+    if not isinstance(x, Counts):
+        return x.to(device, non_blocking=True), y
+    counts = x.counts.to(device, non_blocking=True)
+    if x.apply_log:
+        flat = _log1p_table(device).index_select(0, counts.reshape(-1).to(torch.int32))
+        return flat.view(counts.shape), y
+    dims = tuple(range(1, counts.dim()))
+    mean = counts.sum(dim=dims, dtype=torch.float64) / counts[0].numel()
+    return counts.float() / mean.float().view(-1, *(1,) * len(dims)), y
 
 
 # ---------------------------------------------------------------- TensorFlow

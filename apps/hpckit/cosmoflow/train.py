@@ -115,16 +115,17 @@ class TorchBackend:
         self.steps = 0
 
     def loaders(self, splits):
-        return (data.torch_loader(splits["train"].files, self.cfg, True, self.seed, splits["train"].sampler),
+        return (data.torch_loader(splits["train"].files, self.cfg, True, self.seed, splits["train"].sampler,
+                                  device=self.device),
                 data.torch_loader(splits["validation"].files, self.cfg, False, self.seed,
-                                  splits["validation"].sampler))
+                                  splits["validation"].sampler, device=self.device))
 
     def train_epoch(self, loader, split, lr: float) -> int:
         torch = self.torch
         self.model.train()
         n = 0
         for x, y in _diagnosed(loader, split, self.cfg):
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            x, y = data.to_device(x, y, self.device)
             for p in self.params:
                 p.grad = None
             with self.autocast():
@@ -152,7 +153,7 @@ class TorchBackend:
         total, n = 0.0, 0
         with torch.no_grad():
             for x, y in _diagnosed(loader, split, self.cfg):
-                x, y = x.to(self.device), y.to(self.device)
+                x, y = data.to_device(x, y, self.device)
                 with self.autocast():
                     pred = self.model(x)
                 total += torch.abs(pred.float() - y).sum().item()

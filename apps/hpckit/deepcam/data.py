@@ -17,6 +17,7 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import numpy as np
 
@@ -153,8 +154,10 @@ def normalisation(stats: dict, cfg: dict) -> tuple[np.ndarray, np.ndarray]:
     return shift, scale
 
 
-def read_raw(path: Path, height: int, width: int, n_channels: int) -> tuple[np.ndarray, np.ndarray]:
-    """(data float32 (H, W, C), labels int64 (H, W)) of one file, validated; KitError names the file."""
+def read_raw(path: Path, height: int, width: int, n_channels: int,
+             labels_dtype=np.int64) -> tuple[np.ndarray, np.ndarray]:
+    """(data float32 (H, W, C), labels (H, W) as `labels_dtype`, int64 as the reference's) of
+    one file, validated; KitError names the file."""
     import h5py
 
     try:
@@ -191,7 +194,7 @@ def read_raw(path: Path, height: int, width: int, n_channels: int) -> tuple[np.n
         bad = np.argwhere(~valid)[0]
         raise KitError(f"{path}: '{LABEL_KEY}' holds {labels[tuple(bad)].item()!r} at pixel ({bad[0]}, {bad[1]}), "
                        f"expected classes 0, 1, 2")
-    return data, labels.astype(np.int64)
+    return data, labels.astype(labels_dtype)
 
 
 def read_sample(files: DeepCamFiles, index: int, stats: dict, cfg: dict,
@@ -220,29 +223,79 @@ def find_bad_file(files: DeepCamFiles, stats: dict, cfg: dict) -> KitError | Non
 
 # ---------------------------------------------------------------- PyTorch
 
-def torch_loader(files: DeepCamFiles, stats: dict, cfg: dict, train: bool, seed: int, sampler=None):
-    """Batches of (x float32 (N, C, H, W), y int64 (N, H, W)), in the order of `sampler`
-    (hpckit.common.run.EpochSampler: the rank's per-epoch shard of `files`); without one,
-    all of `files`, reshuffled every epoch when training."""
+class Fields(NamedTuple):
+    """A batch's x as the GPU path ships it: the fields as read, float32 (N, H, W, C), and the
+    normalisation (shift, scale, float32 (C,)) that `to_device` applies on the device."""
+    data: "torch.Tensor"
+    shift: "torch.Tensor"
+    scale: "torch.Tensor"
+
+
+def _pinned(device) -> bool:
+    return getattr(device, "type", None) == "cuda"
+
+
+def torch_loader(files: DeepCamFiles, stats: dict, cfg: dict, train: bool, seed: int, sampler=None, device=None,
+                 device_transform: bool | None = None):
+    """Batches (x, y) for `to_device`, in the order of `sampler` (hpckit.common.run.EpochSampler:
+    the rank's per-epoch shard of `files`); without one, all of `files`, reshuffled every
+    epoch when training.
+
+    For a CUDA `device` the batches come in pinned host memory (DataLoader's pin_memory: the
+    host-to-device copies are asynchronous), x is the fields as read (`Fields`) and y the
+    labels as uint8: `to_device` normalises, transposes and widens the labels on the device
+    (`device_transform`, default: on CUDA; the tests and bench/feed_rate.py ask for it on
+    the CPU). Otherwise the workers give x float32 (N, C, H, W) normalised and y int64
+    (N, H, W), as on every CPU run."""
     import torch
     from torch.utils.data import DataLoader, Dataset
+    from torch.utils.data import default_collate
     from hpckit.common.run import EpochSampler
 
     norm = normalisation(stats, cfg)
+    raw = _pinned(device) if device_transform is None else device_transform
+    d = cfg["data"]
+    shift, scale = (torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for v in norm)
 
     class CamDataset(Dataset):
         def __len__(self):
             return len(files.files)
 
         def __getitem__(self, i):
-            x, y = read_sample(files, i, stats, cfg, norm)
+            if raw:
+                x, y = read_raw(files.files[i], d["height"], d["width"], d["n_channels"], labels_dtype=np.uint8)
+            else:
+                x, y = read_sample(files, i, stats, cfg, norm)
             return torch.from_numpy(x), torch.from_numpy(y)
 
-    d = cfg["data"]
+    def collate(batch):
+        x, y = default_collate(batch)   # in a worker: stacked into shared memory
+        return Fields(x, shift, scale), y
+
     workers = d["loader_workers"]
     if sampler is None:
         sampler = EpochSampler(len(files), 0, 1, None, seed, train and d["shuffle"])
     return DataLoader(CamDataset(), batch_size=d["batch_size"], sampler=sampler,
                       drop_last=train, num_workers=workers,
-                      persistent_workers=workers > 0,
+                      persistent_workers=workers > 0, collate_fn=collate if raw else None,
+                      pin_memory=_pinned(device),
                       prefetch_factor=d["prefetch"] if workers > 0 else None)
+
+
+def to_device(x, y, device, memory_format=None):
+    """The batch (x, y) of a `torch_loader` on `device`, as the model takes it: x float32
+    (N, C, H, W) normalised, y int64 (N, H, W). Non-blocking copies (asynchronous from the
+    pinned memory the loader gives on CUDA). A `Fields` batch is normalised on the device,
+    (data - shift) * scale as read_sample computes it (the same two float32 roundings:
+    bit-identical), then transposed: the (N, H, W, C) fields are already the channels_last
+    layout, so `memory_format=torch.channels_last` costs no copy (default: contiguous)."""
+    import torch
+    y = y.to(device, non_blocking=True)
+    if not isinstance(x, Fields):
+        return x.to(device, non_blocking=True), y
+    data = x.data.to(device, non_blocking=True)
+    if data.data_ptr() == x.data.data_ptr():   # same device: never normalise the loader's own batch in place
+        data = data.clone()
+    data.sub_(x.shift.to(device, non_blocking=True)).mul_(x.scale.to(device, non_blocking=True))
+    out = data.permute(0, 3, 1, 2).contiguous(memory_format=memory_format or torch.contiguous_format)
+    return out, y.long()

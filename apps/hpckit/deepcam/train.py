@@ -131,7 +131,7 @@ class Trainer:
         logits = y = loss = None
         self.optimizer.zero_grad(set_to_none=True)
         for i, (x, y) in enumerate(batches, start=1):
-            x, y = x.to(self.device, non_blocking=True), y.to(self.device, non_blocking=True)
+            x, y = data.to_device(x, y, self.device)
             step = i % self.accumulate == 0
             logits, loss = self._forward_backward(x, y, step)
             if step:
@@ -166,7 +166,7 @@ class Trainer:
         total, n, loss, batches_seen = 0.0, 0, 0.0, 0
         with torch.no_grad():
             for x, y in batches:
-                x, y = x.to(self.device), y.to(self.device)
+                x, y = data.to_device(x, y, self.device)
                 with precision.torch_autocast(self.cfg["train"]["precision"], self.device):
                     logits = self.model(x)
                 loss += weighted_cross_entropy(logits.float(), y, self.weights).item()
@@ -207,7 +207,8 @@ def train(args) -> int:
         run.start_run()
 
         reading = run.stage_and_shard(files, per_rank, dropped, unit, launched.stage_dir, cfg["data"]["shuffle"])
-        loaders = {name: data.torch_loader(r.files, stats, cfg, name == "train", launched.seed, r.sampler)
+        loaders = {name: data.torch_loader(r.files, stats, cfg, name == "train", launched.seed, r.sampler,
+                                           device=launched.device)
                    for name, r in reading.items()}
 
         def batches(name):
