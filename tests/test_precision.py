@@ -23,12 +23,21 @@ def logged_config(log) -> dict:
 
 def test_choices_and_refusals(monkeypatch):
     precision.check("fp32")
-    with pytest.raises(KitError, match=r"'train.precision': 'fp16' is not one of fp32, bf16"):
-        precision.check("fp16")
-    # a recorded Knights Landing (tests/data/cpuinfo): AVX-512F but no bf16
+    with pytest.raises(KitError, match=r"'train.precision': 'fp8' is not one of fp32, bf16, fp16"):
+        precision.check("fp8")
+    # a recorded Knights Landing (tests/data/cpuinfo): AVX-512F but no bf16, no fp16
     monkeypatch.setenv(cores.CPUINFO_ENV, str(CPUINFO / "knl-xeon-phi.txt"))
     with pytest.raises(KitError, match="no bf16 instructions"):
         precision.check("bf16", "cpu")
+    with pytest.raises(KitError, match="no fp16 arithmetic"):
+        precision.check("fp16", "cpu")
+    # A64FX computes fp16 natively (fphp, asimdhp), bf16 not
+    monkeypatch.setenv(cores.CPUINFO_ENV, str(CPUINFO / "a64fx.txt"))
+    precision.check("fp16", "cpu")
+    with pytest.raises(KitError, match="no bf16 instructions"):
+        precision.check("bf16", "cpu")
+    with pytest.raises(KitError, match="fp16 .* is implemented for PyTorch; with tensorflow use bf16 or fp32"):
+        precision.check("fp16", "cpu", "tensorflow")
 
 
 def test_bf16_run_is_logged(tmp_path):
@@ -67,9 +76,12 @@ def test_bf16_trains_to_the_mini_target(tmp_path, benchmark, framework):
     assert config["train.precision"] == "bf16" and config["framework"] == framework, config
 
 
-def test_fp16_is_one_line(tmp_path):
+@pytest.mark.parametrize("framework", ["pytorch", "tensorflow"])
+def test_fp16_where_emulated_is_one_line(tmp_path, framework):
+    if framework == "pytorch" and precision.cpu_has_fp16():
+        pytest.skip("this CPU computes fp16 natively (avx512_fp16/amx_fp16)")
     proc = run_hpckit("train", "cosmoflow", "--data", tmp_path, "--config", "mini", "--output-dir", tmp_path / "o",
-                      "--set", "train.precision=fp16")
+                      "--framework", framework, "--set", "train.precision=fp16")
     assert proc.returncode == 2
     assert proc.stderr.strip().count("\n") == 0 and "train.precision" in proc.stderr, proc.stderr
 
