@@ -45,7 +45,9 @@ import signal
 import socket
 import struct
 import sys
+import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from datetime import timedelta
 
@@ -860,23 +862,60 @@ def make_comm(kind: str, ranks: Ranks, *, device=None, timeout_s: float = 60.0) 
 
 
 
-def raise_on_sigterm() -> None:
-    """SIGTERM (srun/mpirun/torchrun tearing down a job whose other rank died, scancel)
-    becomes an exception, so the run protocol writes run_stop aborted and summary.json."""
-    def handler(signum, frame):
-        signal.signal(signum, signal.SIG_DFL)   # a second SIGTERM kills at once
-        raise Terminated(f"terminated by {signal.Signals(signum).name}: the launcher stopped this rank "
-                         "(another rank failed, or the job was cancelled)")
+# The signals that stop a run: SIGTERM (srun/mpirun/torchrun tearing down a job whose
+# other rank died, scancel, a batch system's time limit) and SIGINT (Ctrl-C).
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+def _stop(signum, frame):
+    signal.signal(signum, signal.SIG_DFL)   # a second one kills at once
+    if signum == signal.SIGINT:
+        raise KeyboardInterrupt("interrupted by SIGINT (Ctrl-C)")
+    raise Terminated(f"terminated by {signal.Signals(signum).name}: the launcher stopped this rank "
+                     "(another rank failed, or the job was cancelled)")
+
+
+def raise_on_signals() -> None:
+    """SIGTERM becomes Terminated (exit 143), SIGINT KeyboardInterrupt (exit 130), in
+    whichever phase the run is: the run protocol then writes run_stop aborted and
+    summary.json, and removes what it staged (common/run.py MLPerfRun.__exit__)."""
     if sys.platform != "win32":
-        signal.signal(signal.SIGTERM, handler)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, _stop)
 
 
-def hold_sigterm() -> None:
-    """From here on a SIGTERM no longer interrupts: called when the run closes its log and
-    writes summary.json, so a launcher tearing the job down at that moment cannot cut the
-    close short (the Python-level handler runs in the main thread whichever thread the
-    signal hit, so the handler is replaced rather than the signal masked). The process
+def hold_signals() -> None:
+    """From here on SIGTERM and SIGINT no longer interrupt: called when the run closes its
+    log and writes summary.json, so a launcher tearing the job down at that moment cannot
+    cut the close short (the Python-level handler runs in the main thread whichever thread
+    the signal hit, so the handler is replaced rather than the signal masked). The process
     ends soon after with its own exit status; a launcher that insists escalates to SIGKILL
     as always."""
     if sys.platform != "win32":
-        signal.signal(signal.SIGTERM, lambda signum, frame: None)
+        for signum in STOP_SIGNALS:
+            signal.signal(signum, lambda signum, frame: None)
+
+
+@contextmanager
+def signals_deferred():
+    """SIGTERM and SIGINT arriving inside the block take effect when it ends (the handler in
+    place then runs): for a step that must not be cut in two, such as creating a directory
+    and recording that this run made it (nothing of the run may be left behind, and nothing
+    it did not make removed). In the main thread only, where Python runs its handlers."""
+    if sys.platform == "win32" or threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    caught: list[int] = []
+    previous = {signum: signal.signal(signum, lambda signum, frame: caught.append(signum))
+                for signum in STOP_SIGNALS}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)
+        if caught:
+            signum, handler = caught[0], previous[caught[0]]
+            if callable(handler):
+                handler(signum, None)
+            elif handler == signal.SIG_DFL:
+                os.kill(os.getpid(), signum)

@@ -25,7 +25,7 @@ from hpckit.common import cores, determinism, memory, precision, provenance, sta
 from hpckit.common.config import flatten
 from hpckit.common import dist
 from hpckit.common.dist import Ranks
-from hpckit.common.errors import KitError, disk_error, is_disk_error
+from hpckit.common.errors import KitError, Terminated, disk_error, is_disk_error
 from hpckit.common.fileio import ensure_writable_dir
 from hpckit.common.mllog import HPC, C, MLLogger
 from hpckit.common.summary import software_stack, write_summary
@@ -232,7 +232,7 @@ def launch(args, framework: str, cfg: dict) -> Launch:
     allocator = memory.tune_allocator()
     cfg["train"]["deterministic"] = cfg["train"]["deterministic"] or bool(getattr(args, "deterministic", False))
     determinism.apply(framework, cfg["train"]["deterministic"], getattr(device, "type", "cpu"))
-    dist.raise_on_sigterm()
+    dist.raise_on_signals()
     comm = dist.make_comm(kind, ranks, device=device, timeout_s=timeout_s)
     if campaign is None:
         seed = args.seed if args.seed is not None else 1 + int(time.time() * 1000) % (2 ** 31 - 1)
@@ -368,7 +368,7 @@ class MLPerfRun:
         return self
 
     def __exit__(self, exc_type, exc, tb) -> bool:
-        dist.hold_sigterm()   # the close below is not to be interrupted
+        dist.hold_signals()   # the close below is not to be interrupted
         self._remove_staged()
         if exc is None:
             try:
@@ -383,7 +383,7 @@ class MLPerfRun:
             exc = disk_error(exc)
         reason = str(exc) if isinstance(exc, KitError) else f"{type(exc).__name__}: {exc}"
         reason = (reason.strip().splitlines() or [type(exc).__name__])[0]
-        if self.ranks.size > 1 and not isinstance(exc, KitError):
+        if self.ranks.size > 1 and not isinstance(exc, (KitError, KeyboardInterrupt)):
             # a collective failed under us (a peer died, a timeout): say so in one line; the
             # process group is left alone, the launcher tears the job down
             lost = dist.peer_named_in(self.ranks, reason)
@@ -485,10 +485,13 @@ class MLPerfRun:
             dest = {split: root / split for split in shares}
             if self.ranks.local_rank == 0:
                 try:
-                    self.staged_made = staging.make_own_dir(root)
+                    with dist.signals_deferred():   # made and recorded as made, or neither
+                        self.staged_made = staging.make_own_dir(root)
                     for split, files in shares.items():
                         nbytes += (write(split, dest[split]) if write is not None
                                    else staging.copy_files(files, dest[split]))
+                except Terminated:   # a stop, not a staging error: exit 143, as in every phase
+                    raise
                 except KitError as e:   # which node's scratch failed, on a job of many
                     raise KitError(f"node {socket.gethostname()}: staging: {e}") from None
             copy_s = watch.elapsed()   # this node's own copy (local rank 0), before waiting for the others

@@ -189,9 +189,7 @@ def decode_into(split: SplitFiles, dest: Path, size: int) -> int:
         n = 0
         for arr, path in ((x, out.files[i]), (y, out.labels[i])):
             try:
-                with open(path, "xb") as f:
-                    np.save(f, arr)
-                    n += f.tell()
+                n += _save_npy(path, arr)
             except OSError as e:
                 if is_disk_error(e):   # the node-local copy failed, not the dataset
                     raise disk_error(e, path) from None
@@ -200,6 +198,18 @@ def decode_into(split: SplitFiles, dest: Path, size: int) -> int:
 
     with ThreadPoolExecutor(max(1, len(os.sched_getaffinity(0)))) as pool:
         return sum(pool.map(one, range(len(split))))
+
+
+def _save_npy(path: Path, arr: np.ndarray) -> int:
+    """np.save's .npy (format 1.0) into the new file `path`; returns its size. The array
+    goes through Python's write, not np.save's fwrite (ndarray.tofile), whose short write on
+    a full disk raises an OSError without errno ("...x.npy: None"): here a full disk is
+    ENOSPC, reported as one (errors.disk_error)."""
+    arr = np.ascontiguousarray(arr)
+    with open(path, "xb") as f:
+        np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(arr))
+        f.write(memoryview(arr).cast("B"))
+        return f.tell()
 
 
 def _load_npy(path: Path) -> np.ndarray:
