@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import signal
 import socket
@@ -162,3 +163,27 @@ def test_decoded_staging_detects_a_short_write_as_a_full_disk(full_fs, tmp_path)
     assert _save_npy(tmp_path / "a.npy", small) == (tmp_path / "a.npy").stat().st_size
     np.save(tmp_path / "b.npy", small)
     assert (tmp_path / "a.npy").read_bytes() == (tmp_path / "b.npy").read_bytes()
+
+
+def test_a_node_share_staged_onto_a_full_disk_stops_both_ranks(tmp_path, full_fs):  # noqa: F811
+    """Two ranks under torchrun on one node: local rank 0 stages the node's share (decoded)
+    and meets the full disk, naming node and file; rank 1, waiting for the node's staging,
+    ends too (one line: the collective failed), the job ends non-zero, nothing is left."""
+    from test_multirank import free_port
+    data = _tiny_dataset(tmp_path / "cf", 32)
+    fs = full_fs.fill(300_000)
+    train = train_args(data, tmp_path / "out", fs, *DECODE, "--set", "data.batch_size=2")
+    train[train.index("data.sample_size=16")] = "data.sample_size=32"
+    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-port",
+                           str(free_port()), "--max-restarts", "0", "-m", "hpckit", *map(str, train)], cwd=REPO,
+                          capture_output=True, text=True, timeout=HANG_GUARD_S,
+                          env={**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode != 0
+    kit = [ln for ln in (proc.stdout + proc.stderr).splitlines() if ln.startswith("hpckit train: ")]
+    assert len(kit) == 2, proc.stderr[-3000:]
+    full = [ln for ln in kit if "No space left on device" in ln]
+    assert len(full) == 1 and f"node {socket.gethostname()}: staging: {fs}/hpckit-stage-" in full[0], kit
+    assert full[0].split(": No space")[0].endswith((".x.npy", ".y.npy")), full
+    assert not re.search(r'File "[^"]*/hpckit/(cli|common|cosmoflow)', proc.stderr), "a traceback from the kit"
+    assert sorted(p.name for p in fs.iterdir()) == ["filler", "keep.txt"], "staging left files behind"
+    assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == "aborted"
