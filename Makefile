@@ -27,8 +27,10 @@ calibrate: $(STAMP)
 	    RFM_REFERENCE_PREFIX="$(CURDIR)/site_profiles/$(PROFILE)" $(BIN)/reframe -C site_profiles/$(PROFILE)/settings.py \
 	        -c reframe_checks/ -r --perflogdir "$(CALIBRATION)/perflogs" || exit 1; \
 	done
+	key=$$($(BIN)/python -c 'from hpckit.common.cores import machine_key; print(machine_key())') && \
+	mkdir -p "site_profiles/$(PROFILE)/calibrated/$$key" && \
 	$(BIN)/hpckit references calibrate --perflog "$(CALIBRATION)/perflogs" --floor $(FLOOR) $(if $(REPLACE),--replace) \
-	    --out "site_profiles/$(PROFILE)/calibrated/$$($(BIN)/python -c 'from hpckit.common.cores import machine_key; print(machine_key())')/references.yaml"
+	    --out "site_profiles/$(PROFILE)/calibrated/$$key/references.yaml"
 
 # The change of every performance variable, by ReFrame's own --performance-compare over its
 # results database (every `make run` is stored in ~/.reframe/reports/results.db): the last

@@ -114,6 +114,7 @@ def main() -> int:
         if rc != 0:
             sys.exit(f"calibration run {i + 1} failed:\n{out[-3000:]}")
     refs = work / "refs" / "references.yaml"
+    refs.parent.mkdir(exist_ok=True)   # the command writes a file only into an existing directory
     proc = subprocess.run([sys.executable, "-m", "hpckit", "references", "calibrate", "--perflog",
                            str(calib / "rfm" / "perflogs"), "--out", str(refs), "--floor", str(args.floor),
                            "--ceiling", str(args.ceiling)], cwd=REPO, capture_output=True, text=True)

@@ -54,6 +54,9 @@ def test_median_and_tolerance_from_the_spread(tmp_path):
     logs = perflog(tmp_path / "perflogs", runs([1.0, 1.1, 0.9], [100, 104, 98]))
     out = tmp_path / "refs" / "references.yaml"
     proc = run_hpckit("references", "calibrate", "--perflog", logs, "--out", out)
+    assert proc.returncode == 2 and f"cannot write into {out.parent}: no such directory" in proc.stderr, proc.stderr
+    out.parent.mkdir()
+    proc = run_hpckit("references", "calibrate", "--perflog", logs, "--out", out)
     assert proc.returncode == 0, proc.stderr
     text = out.read_text()
     assert text.startswith("# Performance references calibrated by `hpckit references calibrate`")
@@ -107,14 +110,22 @@ def test_a_bound_is_never_tighter_than_the_timer_resolution(tmp_path):
 
 
 def test_never_replaces_unasked(tmp_path):
+    """An existing file is replaced only with --replace, and only a references file this
+    command wrote: a site's own references.yaml is never replaced, --replace or not."""
     logs = perflog(tmp_path / "p", runs([1.0, 1.0, 1.0], [100, 100, 100]))
     out = tmp_path / "references.yaml"
     out.write_text("# the site's own\n")
-    proc = run_hpckit("references", "calibrate", "--perflog", logs, "--out", out)
-    assert proc.returncode == 2 and "--replace" in proc.stderr and "Traceback" not in proc.stderr
-    assert out.read_text() == "# the site's own\n"
-    assert run_hpckit("references", "calibrate", "--perflog", logs, "--out", out, "--replace").returncode == 0
-    assert "CosmoFlowCheck" in out.read_text()
+    for extra in ((), ("--replace",)):
+        proc = run_hpckit("references", "calibrate", "--perflog", logs, "--out", out, *extra)
+        assert proc.returncode == 2 and "--replace" in proc.stderr and "Traceback" not in proc.stderr
+        assert proc.stderr.count("\n") == 1, proc.stderr
+        assert out.read_text() == "# the site's own\n"
+    mine = tmp_path / "mine.yaml"
+    assert run_hpckit("references", "calibrate", "--perflog", logs, "--out", mine).returncode == 0
+    proc = run_hpckit("references", "calibrate", "--perflog", logs, "--out", mine)
+    assert proc.returncode == 2 and "--replace" in proc.stderr, proc.stderr
+    assert run_hpckit("references", "calibrate", "--perflog", logs, "--out", mine, "--replace").returncode == 0
+    assert "CosmoFlowCheck" in mine.read_text()
 
 
 @pytest.mark.parametrize("args,message", [

@@ -15,6 +15,8 @@ from hpckit.common.benchmark import PACKAGES
 from hpckit.common.dist import DIST_CHOICES
 from hpckit.common.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, KitError, Terminated, disk_error, \
     is_disk_error
+from hpckit.common.fileio import begin_command, output_dir, output_file
+from hpckit.common.inputs import cli_float, cli_int
 
 BENCHMARKS = PACKAGES   # one package, one descriptor each (hpckit/common/benchmark.py)
 # Subcommands that own their arguments: module.add_arguments(parser) and module.main(args).
@@ -40,22 +42,8 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(EXIT_USAGE, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
-def int_in(low: int, high: int | None = None):
-    """An argparse type: an integer low <= n (< high), else argparse's one-line error."""
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not an integer") from None
-        if value < low or (high is not None and value >= high):
-            raise argparse.ArgumentTypeError(f"{value} must be >= {low}" if high is None
-                                             else f"{value} is outside {low} .. {high - 1}")
-        return value
-    return parse
-
-
-seed_value = int_in(0, 2 ** 31)   # --seed: what every framework's generator takes
-positive_int = int_in(1)
+seed_value = cli_int(0, 2 ** 31 - 1)   # --seed: what every framework's generator takes
+positive_int = cli_int(1, 2 ** 31 - 1)  # counts of samples, threads, instances: a C int's range
 
 
 def _add_config(p: argparse.ArgumentParser) -> None:
@@ -71,14 +59,17 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("datagen", help="write a synthetic dataset in the benchmark's on-disk format")
     p.add_argument("benchmark", choices=BENCHMARKS)
-    p.add_argument("--out", required=True, help="dataset root (train/ and validation/ go under it)")
+    p.add_argument("--out", required=True, type=output_dir("--out", "run"),
+                   help="dataset root (train/ and validation/ go under it): a new or empty directory")
     p.add_argument("--config", default=None,
                    help="take counts and sample size from this training config (mini | reference | FILE)")
-    p.add_argument("--train", type=int, default=None, help="training samples")
-    p.add_argument("--valid", type=int, default=None, help="validation samples")
-    p.add_argument("--size", type=int, default=None, help="cosmoflow: cube side S (default 128, or the config's)")
-    p.add_argument("--height", type=int, default=None, help="deepcam: grid rows (default 768, or the config's)")
-    p.add_argument("--width", type=int, default=None, help="deepcam: grid columns (default 1152, or the config's)")
+    p.add_argument("--train", type=positive_int, default=None, help="training samples")
+    p.add_argument("--valid", type=positive_int, default=None, help="validation samples")
+    p.add_argument("--size", type=positive_int, default=None, help="cosmoflow: cube side S (default 128, or the config's)")
+    p.add_argument("--height", type=positive_int, default=None,
+                   help="deepcam: grid rows (default 768, or the config's)")
+    p.add_argument("--width", type=positive_int, default=None,
+                   help="deepcam: grid columns (default 1152, or the config's)")
     p.add_argument("--seed", type=seed_value, default=0)
     p.add_argument("--format", choices=("tfrecord", "npy"), default="tfrecord", help="cosmoflow only")
     p.add_argument("--shuffle-labels", action="store_true",
@@ -88,7 +79,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("train", help="train a benchmark and write OUT/mlperf.log and OUT/summary.json")
     p.add_argument("benchmark", choices=BENCHMARKS)
     p.add_argument("--data", required=True, help="dataset root with train/ and validation/")
-    p.add_argument("--output-dir", required=True)
+    p.add_argument("--output-dir", required=True, type=output_dir("--output-dir", "run"),
+                   help="the run's directory (created; never one holding an earlier run's results)")
     _add_config(p)
     p.add_argument("--framework", choices=("auto", "tensorflow", "pytorch"), default="auto",
                    help="cosmoflow: auto (TensorFlow on AVX-512 CPUs, else PyTorch), tensorflow or "
@@ -110,7 +102,10 @@ def build_parser() -> argparse.ArgumentParser:
                         "for one rank), torch, tf, horovod, none")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                    help="PyTorch device: the local rank's GPU when CUDA is available (auto), or cpu")
-    p.add_argument("--collective-timeout", type=float, default=60.0, metavar="SECONDS",
+    # finite and at most 10^7 s here (a timedelta of 1e308 s overflows); > 0 is checked with the
+    # launch (common/run.py), whose message names the value
+    p.add_argument("--collective-timeout", type=cli_float(-sys.float_info.max, 10 ** 7), default=60.0,
+                   metavar="SECONDS",
                    help="a collective waiting longer for a peer fails the run (default 60)")
     p.add_argument("--instances", type=positive_int, default=1, metavar="M",
                    help="a throughput campaign: the launch's ranks form M model instances of equal size, "
@@ -138,7 +133,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ruleset", default=None, metavar="hpc-X.Y.Z",
                    help="also run the official compliance checker on each log, as the summarizer does; "
                         "a run it fails does not count")
-    p.add_argument("--json", default=None, metavar="FILE", help="also write the scores as JSON")
+    p.add_argument("--json", default=None, metavar="FILE", type=output_file("--json"),
+                   help="also write the scores as JSON (a new file)")
 
     for name, (module, help_text) in TOOL_COMMANDS.items():
         importlib.import_module(module).add_arguments(sub.add_parser(name, help=help_text))
@@ -170,6 +166,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def run_command(argv: list[str] | None) -> int:
+    begin_command()
     args = build_parser().parse_args(argv)
     try:
         if getattr(args, "allocator", None) is not None:

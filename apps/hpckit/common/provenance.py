@@ -71,11 +71,28 @@ def _run(args: list[str], cwd: str | None = None) -> str | None:
 
 
 def _read(path: Path, limit: int = 1 << 16) -> str | None:
+    """A regular file's first `limit` bytes as text, None for anything else: a FIFO or a
+    device where a file is expected (a repository's HEAD made a FIFO) would block forever."""
+    import stat
     try:
-        with open(path, errors="replace") as f:
-            return f.read(limit)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except (OSError, ValueError):
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        chunks, size = [], 0
+        while size < limit:
+            chunk = os.read(fd, min(1 << 20, limit - size))
+            if not chunk:
+                break
+            chunks.append(chunk)
+            size += len(chunk)
+        return b"".join(chunks).decode(errors="replace")
     except OSError:
         return None
+    finally:
+        os.close(fd)
 
 
 # ---- the parts -------------------------------------------------------------------------
@@ -102,13 +119,32 @@ def packages_digest(packages: list[str]) -> str:
 
 def _head_from_files(dotgit: Path) -> str | None:
     """The commit HEAD names, read from the repository's files (a worktree's `.git` file
-    points at its git dir; refs may be loose or packed)."""
-    gitdir = dotgit
-    if dotgit.is_file():
+    points at its git dir; refs may be loose or packed); None for anything odd (a dangling
+    or looping link, a name with a NUL byte, a HEAD that is not a regular file)."""
+    try:
+        return _head_files(dotgit)
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
+def _git_dir(dotgit: Path) -> Path | None:
+    """The git directory `.git` stands for (itself, or where a worktree's `.git` file
+    points), None when it is neither."""
+    try:
+        if dotgit.is_dir():
+            return dotgit
         text = _read(dotgit) or ""
         if not text.startswith("gitdir:"):
             return None
-        gitdir = (dotgit.parent / text.split(":", 1)[1].strip()).resolve()
+        return (dotgit.parent / text.split(":", 1)[1].strip()).resolve()
+    except (OSError, ValueError, RuntimeError):
+        return None
+
+
+def _head_files(dotgit: Path) -> str | None:
+    gitdir = _git_dir(dotgit)
+    if gitdir is None:
+        return None
     common = gitdir
     if (gitdir / "commondir").is_file():
         common = (gitdir / (_read(gitdir / "commondir") or ".").strip()).resolve()
@@ -118,6 +154,8 @@ def _head_from_files(dotgit: Path) -> str | None:
     if not head.startswith("ref: "):
         return None
     ref = head[5:].strip()
+    if not ref.startswith("refs/") or ".." in ref.split("/"):
+        return None     # a ref outside refs/ is not git's
     loose = (_read(common / ref) or _read(gitdir / ref) or "").strip()
     if re.fullmatch(r"[0-9a-f]{40}", loose):
         return loose
@@ -126,6 +164,21 @@ def _head_from_files(dotgit: Path) -> str | None:
         if name.strip() == ref and re.fullmatch(r"[0-9a-f]{40}", sha):
             return sha
     return None
+
+
+def head_commit(root: Path) -> tuple[str | None, str | None]:
+    """(the commit the checkout at `root` is at, why it is unknown): `git rev-parse HEAD`,
+    else the repository's files read directly (no git, or a checkout git refuses); git is
+    not asked about a repository whose HEAD is missing or not a regular file."""
+    gitdir = _git_dir(root / ".git")
+    if gitdir is None or _read(gitdir / "HEAD") is None:
+        return None, "the repository's HEAD is missing or not a regular file; commit unknown"
+    head = _run(["git", "-C", str(root), "rev-parse", "HEAD"])
+    if head and re.fullmatch(r"[0-9a-f]{40}", head.strip()):
+        return head.strip(), None
+    commit = _head_from_files(root / ".git")
+    return commit, "git rev-parse HEAD failed (no git, or a repository git refuses); " + (
+        "commit read from .git, dirty state unknown" if commit else "commit unknown")
 
 
 def kit() -> dict:
@@ -139,11 +192,10 @@ def kit() -> dict:
     except metadata.PackageNotFoundError:
         out["distribution"] = None
     root = Path(hpckit.__file__).resolve().parents[2]      # <root>/apps/hpckit/__init__.py
-    if (root / ".git").exists():
-        head = _run(["git", "-C", str(root), "rev-parse", "HEAD"])
+    if os.path.lexists(root / ".git"):
         out["source"] = "git"
-        if head:
-            out["commit"] = head.strip()
+        out["commit"], why = head_commit(root)
+        if why is None:
             status = _run(["git", "-C", str(root), "status", "--porcelain", "--untracked-files=no"])
             if status is not None:
                 out["dirty"] = bool(status.strip())
@@ -151,10 +203,8 @@ def kit() -> dict:
                     diff = _run(["git", "-C", str(root), "diff", "HEAD", "--no-ext-diff", "--binary"])
                     if diff is not None:
                         out["dirty_sha256"] = hashlib.sha256(diff.encode()).hexdigest()
-        else:   # no git binary, or a checkout git refuses (another owner): read HEAD itself
-            out["commit"] = _head_from_files(root / ".git")
-            out["git_error"] = "git rev-parse HEAD failed (no git, or a repository git refuses); " + (
-                "commit read from .git, dirty state unknown" if out["commit"] else "commit unknown")
+        else:
+            out["git_error"] = why
         return out
     try:   # installed from a VCS URL: pip records the commit (PEP 610)
         direct = json.loads(metadata.distribution("mlperf-hpc-kit").read_text("direct_url.json") or "{}")
@@ -496,30 +546,74 @@ def parse_header(text: str) -> dict | None:
 
 # ---- reading it back -------------------------------------------------------------------
 
+def _spec():
+    """The types `collect` writes, for hpckit.common.inputs.conform: a provenance block read
+    back (summary.json, a log's hpckit_provenance line) is checked against them, so every
+    reader (package, report, the checks) can rely on them."""
+    from hpckit.common.inputs import COUNT, NUMBER, ListOf, MapOf, Opt
+    text = Opt(str)
+    return {
+        "schema": Opt(COUNT),
+        "kit": Opt({"version": text, "commit": text, "dirty": Opt(bool), "dirty_sha256": text, "source": text,
+                    "distribution": text, "git_error": text}),
+        "python": Opt({"version": text, "implementation": text, "executable": text}),
+        "framework": text,
+        "frameworks": Opt(MapOf(Opt((str, int)))),
+        "packages": Opt({"count": Opt(COUNT), "sha256": text, "list": Opt(ListOf(str))}),
+        "spack": Opt({"env": text, "lock_sha256": text, "yaml_sha256": text, "roots": Opt(ListOf(str)),
+                      "spack": text}),
+        "container": Opt({"runtime": text, "image": text, "digest": text, "name": text, "id": text,
+                          "labels_sha256": text, "metadata_sha256": text, "engine": text, "rootless": text,
+                          "arch": text, "declared": Opt(MapOf(text))}),
+        "host": Opt({"name": text, "os": text, "kernel": text, "machine": text}),
+        "cpu": Opt({"model": text, "cpus": Opt(COUNT), "machine_key": text, "flags": Opt(ListOf(str))}),
+        "gpu": Opt({"driver": text, "models": Opt(ListOf(str)), "source": text, "count": Opt(COUNT)}),
+        "collect_s": Opt(NUMBER),
+    }
+
+
+def stack_spec():
+    """The types of `stack`'s value (a perflog's `stack` field read back)."""
+    from hpckit.common.inputs import ListOf, Opt
+    return {**{k: Opt(str) for k in STACK_KEYS}, "dirty": Opt(bool), "packages": Opt(ListOf(str))}
+
+
+def checked(prov, what: str, key: str) -> dict | None:
+    """`prov` if it has the types the kit writes (or is None), else one KitError naming
+    the file (`what`) and the key."""
+    from hpckit.common.inputs import Opt, conform
+    conform(prov, Opt(_spec()), what, key)
+    return prov
+
+
 def from_log(path: str | os.PathLike) -> dict | None:
-    """The hpckit_provenance value a result log recorded (None for logs without one)."""
+    """The hpckit_provenance value a result log recorded (None for logs without one); one
+    of another shape than the kit writes is one KitError naming the log."""
+    from hpckit.common.errors import KitError
+    from hpckit.common.inputs import read_bytes
     from hpckit.results.logs import mllog_lines
-    try:
-        data = Path(path).read_bytes()
-    except OSError:
+    if not os.path.lexists(path):
         return None
-    for _, rec in mllog_lines(data):
-        if rec is not None and rec.get("key") == LOG_KEY and isinstance(rec.get("value"), dict):
-            return rec["value"]
+    try:
+        data = read_bytes(path, f"log {path}")
+    except KitError:
+        return None   # the log reader names an unreadable log where it matters
+    for n, rec in mllog_lines(data):
+        if rec is not None and rec.get("key") == LOG_KEY:
+            return checked(rec.get("value"), f"log {path}", f"line {n}: {LOG_KEY}")
     return None
 
 
 def of_run(log_path: str | os.PathLike) -> dict | None:
     """A run's provenance: summary.json's block beside the log (with the package list),
-    else the log's hpckit_provenance line (without it), else None."""
+    else the log's hpckit_provenance line (without it), else None. A summary.json or a
+    block of another shape than the kit writes is one KitError naming the file and key."""
+    from hpckit.common.summary import read_summary
     summary = Path(log_path).parent / "summary.json"
-    if Path(log_path).name == "mlperf.log" and summary.is_file():
-        try:
-            prov = json.loads(summary.read_text()).get("provenance")
-            if isinstance(prov, dict):
-                return prov
-        except (OSError, ValueError, AttributeError):
-            pass
+    if Path(log_path).name == "mlperf.log" and os.path.lexists(summary):
+        prov = read_summary(summary).get("provenance")
+        if prov is not None:
+            return prov
     return from_log(log_path)
 
 

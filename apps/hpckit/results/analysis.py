@@ -33,9 +33,11 @@ sets and the run-to-run spread around it.
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import json
 import math
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -43,6 +45,7 @@ from pathlib import Path
 import numpy as np
 
 from hpckit.common.errors import KitError
+from hpckit.common.fileio import output_file
 
 KIT_BENCHMARKS = ("cosmoflow", "deepcam")   # the record's benchmarks (analyze takes any apart)
 RECORD_FILE = Path(__file__).with_name("convergence_record.json")   # shipped, from published rounds
@@ -56,11 +59,13 @@ def add_arguments(p) -> None:
                    help="the site's runs: kit output directories (mlperf.log), result logs, or directories of them")
     p.add_argument("--published", nargs="+", action="extend", default=[], metavar="PATH",
                    help="published result trees or logs (e.g. a checkout of hpc_results_v3.0)")
-    p.add_argument("--json", metavar="FILE", help="also write every run's breakdown, the sets and the "
-                                                   "convergence record with its fitted curves as JSON")
+    p.add_argument("--json", metavar="FILE", type=output_file("--json"),
+                   help="also write every run's breakdown, the sets and the convergence record with its fitted "
+                        "curves as JSON (a new file)")
     p.add_argument("--runs", dest="per_run", action="store_true", help="print one line per run, not per set")
-    p.add_argument("--record", metavar="FILE", help="write the convergence record of the published logs only, "
-                                                     "in the form `hpckit project --record` reads")
+    p.add_argument("--record", metavar="FILE", type=output_file("--record"),
+                   help="write the convergence record of the published logs only, in the form `hpckit project "
+                        "--record` reads (a new file)")
 
 
 # ---- one run ---------------------------------------------------------------------------
@@ -170,7 +175,7 @@ class RunFacts:
 
 
 def _num(v):
-    return v if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return v if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def _overlap(a0, a1, b0, b1) -> float:
@@ -288,15 +293,12 @@ def run_facts(path: Path, origin: str) -> RunFacts:
 def _usage(log: Path) -> dict:
     """What a kit run measured about itself (summary.json's `usage` block beside its log:
     peak memory, bytes read, all-reduce share and FLOP/s; common/usage.py), flattened."""
+    from hpckit.common.summary import USAGE_FIGURES, read_summary
     summary = log.with_name("summary.json")
-    try:
-        usage = json.loads(summary.read_text()).get("usage") or {}
-    except (OSError, ValueError, AttributeError):
+    if log.name != "mlperf.log" or not os.path.lexists(summary):
         return {}
-    keys = ("peak_rss_bytes_max", "staging_read_MBps", "train_read_bytes_per_epoch", "train_read_MBps",
-            "grad_allreduce_bytes_per_batch", "grad_allreduce_share", "train_flops_per_sample",
-            "train_flops_per_s_per_rank")
-    return {f"usage_{k}": usage[k] for k in keys if isinstance(usage, dict) and _num(usage.get(k)) is not None}
+    usage = read_summary(summary).get("usage") or {}    # checked: finite numbers >= 0 or null
+    return {f"usage_{k}": usage[k] for k in USAGE_FIGURES if usage.get(k) is not None}
 
 
 def gather(args_paths: list[str], origin: str, seen: set) -> tuple[list[dict], dict]:
@@ -392,12 +394,35 @@ def points_to_json(points: list[Point]) -> list[dict]:
     return [dict(p.__dict__) for p in points]
 
 
+def _point_spec() -> dict:
+    """The types `analyze --record` writes for a point (hpckit.common.inputs.conform)."""
+    from hpckit.common.inputs import POSITIVE_INT, ListOf, Num, Opt
+    count = Num(positive=True, integer=True, maximum=2 ** 53)
+    return {"benchmark": str, "dataset": str, "origin": str, "round": Opt(str), "org": str, "system": str,
+            "division": str, "scaling": str, "global_batch_size": count, "epochs": ListOf(POSITIVE_INT),
+            "train_samples": Opt(count), "eval_samples": Opt(count)}
+
+
 def points_from_json(rows: list[dict], source: str) -> list[Point]:
-    try:
-        return [Point(**{k: r[k] for k in Point.__dataclass_fields__ if k in r}) for r in rows]
-    except (KeyError, TypeError):
-        raise KitError(f"convergence record {source}: not a list of points with the keys "
-                       f"{', '.join(Point.__dataclass_fields__)}") from None
+    """The record's points, each checked: the keys a point needs, of the types the kit
+    writes (epochs: a non-empty list of whole numbers > 0), else one line naming the file
+    and the point's key."""
+    from hpckit.common.inputs import conform
+    what = f"convergence record {source}"
+    spec = _point_spec()
+    required = [k for k, f in Point.__dataclass_fields__.items() if f.default is dataclasses.MISSING]
+    points = []
+    for i, r in enumerate(rows):
+        if not isinstance(r, dict):
+            raise KitError(f"{what}: points[{i}]: expected an object with the keys {', '.join(required)}")
+        missing = [k for k in required if k not in r]
+        if missing:
+            raise KitError(f"{what}: points[{i}]: no '{missing[0]}' (a point has {', '.join(required)})")
+        conform({k: r[k] for k in spec if k in r}, spec, what, f"points[{i}]")
+        if not r["epochs"]:
+            raise KitError(f"{what}: points[{i}].epochs: empty (a point holds the epochs of its runs)")
+        points.append(Point(**{k: r[k] for k in Point.__dataclass_fields__ if k in r}))
+    return points
 
 
 def load_record(path: str | Path | None = None) -> tuple[list[Point], dict]:
@@ -407,6 +432,8 @@ def load_record(path: str | Path | None = None) -> tuple[list[Point], dict]:
     doc = read_json(path, f"convergence record {path}")
     if not isinstance(doc, dict) or not isinstance(doc.get("points"), list):
         raise KitError(f"convergence record {path}: no `points` list")
+    from hpckit.common.inputs import ListOf, Opt, conform
+    conform(doc, {"sources": Opt(ListOf(str)), "what": Opt(str)}, f"convergence record {path}")
     return points_from_json(doc["points"], str(path)), {k: v for k, v in doc.items() if k != "points"}
 
 
@@ -617,7 +644,7 @@ def main(args) -> int:
                          for row in spread_by_batch(c.sets))
         print(f"  {c.describe()}\n    {band}")
     if args.json:
-        atomic_write_json(args.json, {
+        atomic_write_json(args.json, option="--json", obj={
             "runs": [f.breakdown() for f in facts.values()],
             "sets": [{"origin": "site" if s in site_sets else "published", "org": s["org"], "system": s["platform"],
                       "benchmark": s["benchmark"], "scaling": s["score"]["kind"],
@@ -628,7 +655,7 @@ def main(args) -> int:
         pub_points = record_points(pub_sets, facts)
         if not pub_points:
             raise KitError("--record: no converged published run to record (give --published trees)")
-        atomic_write_json(args.record, {
+        atomic_write_json(args.record, option="--record", obj={
             "what": "epochs to converge per published set (hpckit analyze --record); one point per set and "
                     "global batch size, the epochs of its converged runs",
             "sources": [round_of(Path(a)) or Path(a).name for a in args.published], "points": points_to_json(pub_points)})

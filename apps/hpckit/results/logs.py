@@ -16,6 +16,7 @@ in a published set is one).
 from __future__ import annotations
 
 import json
+import math
 import operator
 from dataclasses import asdict, dataclass
 from pathlib import Path
@@ -32,6 +33,7 @@ TARGETS = {name: (d.metric, d.comparison, d.official_target) for name, d in desc
 KIT_TARGET_KEYS = {name: d.target_key for name, d in descriptors().items()}
 _OPS = {"<=": operator.le, ">=": operator.ge}
 _RECORDED_METRICS = ("eval_accuracy", "eval_error")
+_METRIC_KEYS = {d[0] for d in TARGETS.values()}
 
 
 @dataclass
@@ -80,12 +82,42 @@ def mllog_lines(data: bytes):
         yield number, (rec if isinstance(rec, dict) and isinstance(rec.get("key"), str) else None)
 
 
+# The numbers every reader relies on, checked once here with the types and ranges the
+# published logs of v0.7-v3.0 (3,657 logs, 1.38 M lines: all integers, epoch_num >= 0) and
+# the kit's own logs have: a log that breaks them is one line naming the file, the line and
+# the key (a NaN, a text or a negative where a count belongs), never a traceback later.
+MAX_TIME_MS = 10 ** 14     # year 5138: a time_ms beyond is not a time
+SIZES = {"global_batch_size": 1, "train_samples": 1, "eval_samples": 1, "number_of_nodes": 1,
+         "number_of_ranks": 1, "accelerators_per_node": 0}     # key -> smallest value
+
+
+def _check(rec: dict, path: Path, n: int) -> None:
+    from hpckit.common.inputs import number
+    key = rec["key"]
+    where = f"log {path}"
+    if "time_ms" in rec:
+        number(rec["time_ms"], where, f"line {n}: {key} time_ms", minimum=-MAX_TIME_MS, maximum=MAX_TIME_MS)
+    meta = rec.get("metadata")
+    if isinstance(meta, dict) and meta.get("epoch_num") is not None:
+        number(meta["epoch_num"], where, f"line {n}: {key} metadata.epoch_num", minimum=0, integer=True,
+               maximum=2 ** 53)
+    if key in SIZES and rec.get("value") is not None:
+        number(rec["value"], where, f"line {n}: {key}", minimum=SIZES[key], integer=True, maximum=2 ** 53)
+    if key in _RECORDED_METRICS or key in _METRIC_KEYS:
+        value = rec.get("value")
+        # a diverged run logs NaN (the kit's runs do): a number that never reaches a target
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise KitError(f"{where}: line {n}: {key}: expected a number, got {value!r:.60}")
+
+
 def _records(path: Path) -> list[dict]:
-    try:
-        data = path.read_bytes()
-    except OSError as e:
-        raise KitError(f"log {path}: cannot read ({e.strerror or e})") from None
-    out = [rec for _, rec in mllog_lines(data) if rec is not None]
+    from hpckit.common.inputs import read_bytes
+    data = read_bytes(path, f"log {path}")
+    out = []
+    for n, rec in mllog_lines(data):
+        if rec is not None:
+            _check(rec, path, n)
+            out.append(rec)
     if not out:
         raise KitError(f"log {path}: no :::MLLOG lines, not an MLPerf result log")
     return out
@@ -98,11 +130,11 @@ def _time(rec: dict, path: Path, key: str) -> int:
     t = rec.get("time_ms")
     if not isinstance(t, (int, float)) or isinstance(t, bool):
         raise KitError(f"log {path}: {key} has no numeric time_ms")
-    return int(t)
+    return int(t)     # finite and in range: _check
 
 
 def _int_or_none(v):
-    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) else None
+    return int(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) else None
 
 
 def parse_log(path: str | Path, strict: bool = True) -> RunLog:
@@ -200,7 +232,9 @@ def _parse(path: Path) -> RunLog:
     values = [float(r["value"]) for r in upto
               if r["key"] == metric and isinstance(r.get("value"), (int, float))
               and not isinstance(r.get("value"), bool)]
-    metric_value = values[-1] if values else None
+    # a non-finite value (a diverged run) reaches no target and is shown as none
+    metric_value = values[-1] if values and math.isfinite(values[-1]) else None
+    values = [v for v in values if math.isfinite(v)]
 
     target = reached = None
     if target_spec:

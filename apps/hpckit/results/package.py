@@ -29,6 +29,7 @@ summarizer on the package (see hpckit.results.checkers; `mini` = the kit's mini 
 from __future__ import annotations
 
 import json
+import os
 import re
 import subprocess
 import sys
@@ -65,7 +66,11 @@ def add_arguments(p) -> None:
     p.add_argument("--site", default=None,
                    help="site profile: a name under site_profiles/ or a directory with system.yaml")
     p.add_argument("--org", required=True, help="submitting organisation (folder name and submitter)")
-    p.add_argument("--out", required=True, help="package root; <org>/ is created under it")
+    from hpckit.common.fileio import output_dir
+    p.add_argument("--out", required=True, type=output_dir("--out", "root"),
+                   help="package root (created if new, its parent must exist); <org>/ is created under it, or "
+                        "new files are added to an existing <org>/ (never one replaced); the package appears "
+                        "whole or not at all")
     p.add_argument("--system", default=None,
                    help="system name (folder and systems/<system>.json; default: system_name of the profile)")
     p.add_argument("--division", choices=DIVISIONS, default=None,
@@ -130,13 +135,8 @@ def _stringify(value, key: str, source):
 
 
 def load_system_yaml(path: Path) -> dict:
-    import yaml
-    try:
-        data = yaml.safe_load(path.read_text())
-    except OSError as e:
-        raise KitError(f"system description {path}: cannot read ({e.strerror or e})") from None
-    except yaml.YAMLError as e:
-        raise KitError(f"system description {path}: not valid YAML ({str(e).splitlines()[0]})") from None
+    from hpckit.common.inputs import read_yaml
+    data = read_yaml(path, f"system description {path}")
     if not isinstance(data, dict):
         raise KitError(f"system description {path}: expected a mapping of fields")
     missing = [f for f in SITE_FIELDS if f not in data]
@@ -161,6 +161,116 @@ def load_system_json(path: Path) -> dict:
         raise KitError(f"--system-json {path}: missing field '{missing[0]}'")
     return {k: (v if k == "other_software_stack" and isinstance(v, dict)
                 else _stringify(v, k, f"--system-json {path}")) for k, v in data.items()}
+
+
+# ---- writing the package: whole or not at all --------------------------------------------
+
+CHECKER_HEADER = "# hpckit package --check: the official package checker's output for"
+
+
+def _json_bytes(obj) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode()
+
+
+def _new_files(org_dir: Path, files: dict[str, bytes], system: str, groups) -> dict[str, bytes]:
+    """The files of `files` (paths under <org>/) that are not there yet. One that is there
+    is never rewritten: the same system description (an earlier package of this system) or
+    the same bytes are left as they are; anything else is one line, before anything is
+    written."""
+    from hpckit.common.inputs import read_bytes
+    system_json = f"systems/{system}.json"
+    for (scaling, bench) in groups:
+        bdir = org_dir / "results" / system / scaling / bench
+        if bdir.is_symlink() or (bdir.exists() and (not bdir.is_dir() or any(bdir.iterdir()))):
+            raise KitError(f"{bdir}: already holds results; use another --out or remove it")
+    new = {}
+    for rel, data in files.items():
+        target = org_dir / rel
+        if not os.path.lexists(target):
+            new[rel] = data
+            continue
+        if target.is_symlink() or not target.is_file():
+            raise KitError(f"{target}: exists and is not a file this package can leave as it is; use another --out")
+        old = read_bytes(target, str(target))
+        if rel == system_json:
+            try:
+                same = json.loads(old) == json.loads(data)
+            except ValueError:
+                same = False
+            if not same:
+                raise KitError(f"{target}: already exists with a different description; use another --out or --system")
+        elif old != data:
+            raise KitError(f"{target}: already exists with other content (an earlier package); hpckit package "
+                           "never rewrites a file: use another --out")
+    return new
+
+
+def place_package(out_root: Path, org: str, files: dict[str, bytes]) -> None:
+    """Write `files` (paths under <org>/) into a directory beside <org>/ and move them in:
+    all of <org>/ with one rename when it is new, else each new subtree with one rename
+    (any moved one taken back if a later one fails). A failure leaves nothing behind."""
+    import shutil
+    import tempfile
+    from hpckit.common.errors import disk_error, is_disk_error
+    from hpckit.common.fileio import atomic_write_bytes
+    made_root = False
+    if not out_root.is_dir():
+        try:
+            out_root.mkdir()
+            made_root = True
+        except OSError as e:
+            raise KitError(f"--out {out_root}: cannot create ({e.strerror or e})") from None
+    org_dir = out_root / org
+    tmp = None
+    placed: list[tuple[Path, Path]] = []
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=out_root, prefix=f".{org}.hpckit-"))
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        for rel, data in sorted(files.items()):
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(tmp / rel, data, "--out")
+        if not os.path.lexists(org_dir):
+            os.rename(tmp, org_dir)
+            tmp = None
+            return
+        moves = {}
+        for rel in files:
+            parts = Path(rel).parts
+            # the shallowest part of the path not in <org>/ yet: moved with one rename
+            for depth in range(1, len(parts) + 1):
+                if not os.path.lexists(org_dir.joinpath(*parts[:depth])):
+                    moves[Path(*parts[:depth])] = True
+                    break
+        for rel in sorted(moves, key=lambda p: len(p.parts)):
+            if any(parent in moves for parent in rel.parents):
+                continue
+            dest = org_dir / rel
+            if os.path.lexists(dest):
+                raise KitError(f"{dest}: appeared while the package was written; nothing was replaced")
+            os.rename(tmp / rel, dest)
+            placed.append((dest, tmp / rel))
+        placed.clear()
+    except BaseException as e:
+        for dest, src in reversed(placed):
+            try:
+                os.rename(dest, src)
+            except OSError:
+                pass
+        if is_disk_error(e):
+            raise disk_error(e, out_root / org) from None
+        if isinstance(e, OSError):
+            raise KitError(f"--out {out_root}: cannot write the package ({e.strerror or e})") from None
+        raise
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if made_root:
+            try:
+                out_root.rmdir()      # only if the package did not land in it
+            except OSError:
+                pass
 
 
 # ---- runs --------------------------------------------------------------------------------
@@ -323,7 +433,8 @@ def benchmark_readme(benchmark: str, runs: list, version: str, provs: dict | Non
 
 
 def main(args) -> int:
-    from hpckit.common.fileio import atomic_write_bytes, atomic_write_json, atomic_write_text, ensure_writable_dir
+    from hpckit.common.fileio import atomic_write_text, check_output
+    from hpckit.common.inputs import read_bytes
 
     if args.system_json is None and args.site is None:
         raise KitError(f"give --site (known: {', '.join(known_sites()) or 'none'}) or --system-json")
@@ -416,40 +527,27 @@ def main(args) -> int:
         from hpckit.common.config import load_config
         configs = {bench: load_config(bench, args.config) for _, bench in groups if bench in MINI_RULES}
 
-    org_dir = ensure_writable_dir(Path(args.out) / args.org, "--out")
-    system_json = org_dir / "systems" / f"{system}.json"
-    if system_json.exists():
-        try:
-            old = json.loads(system_json.read_text())
-        except (OSError, ValueError):
-            old = None
-        if old != desc:
-            raise KitError(f"{system_json}: already exists with a different description; "
-                           "use another --out or --system")
-    for (scaling, bench) in groups:
-        bdir = org_dir / "results" / system / scaling / bench
-        if bdir.exists() and any(bdir.iterdir()):
-            raise KitError(f"{bdir}: already holds results; use another --out or remove it")
-
-    written = []
-    prov_files: dict[Path, dict] = {}
-    (org_dir / "systems").mkdir(parents=True, exist_ok=True)
-    atomic_write_json(system_json, desc)
-    written.append(system_json)
+    out_root = Path(args.out)
+    org_dir = out_root / args.org
+    checker_txt = out_root / f"{args.org}.package_checker.txt"
+    files: dict[str, bytes] = {f"systems/{system}.json": _json_bytes(desc)}
+    prov_files: dict[str, dict] = {}
     for (scaling, bench), members in sorted(groups.items()):
-        bdir = org_dir / "results" / system / scaling / bench
-        bdir.mkdir(parents=True, exist_ok=True)
         for i, (path, _) in enumerate(members):
-            atomic_write_bytes(bdir / f"result_{i}.txt", path.read_bytes())
-        impl = org_dir / "benchmarks" / bench / "implementations" / f"hpckit-{version}"
-        impl.mkdir(parents=True, exist_ok=True)
-        atomic_write_text(impl / "README.md", benchmark_readme(bench, members, version, provs))
-        prov_files.setdefault(impl / "provenance.json", {}).update(
+            files[f"results/{system}/{scaling}/{bench}/result_{i}.txt"] = read_bytes(path, f"log {path}")
+        impl = f"benchmarks/{bench}/implementations/hpckit-{version}"
+        files[f"{impl}/README.md"] = benchmark_readme(bench, members, version, provs).encode()
+        prov_files.setdefault(f"{impl}/provenance.json", {}).update(
             {f"results/{system}/{scaling}/{bench}/result_{i}.txt": {"source": str(path), "provenance": provs.get(path)}
              for i, (path, _) in enumerate(members)})
-        print(f"{bench}: {len(members)} runs -> {bdir}")
-    for path, entries in prov_files.items():
-        atomic_write_json(path, entries)
+    files.update({rel: _json_bytes(entries) for rel, entries in prov_files.items()})
+    new = _new_files(org_dir, files, system, groups)
+    if args.check and out_root.is_dir():    # before anything is written
+        check_output(checker_txt, "--out", CHECKER_HEADER.encode())
+    place_package(out_root, args.org, new)
+    for (scaling, bench), members in sorted(groups.items()):
+        print(f"{bench}: {len(members)} runs -> {org_dir / 'results' / system / scaling / bench}")
+    system_json = org_dir / "systems" / f"{system}.json"
 
     for w in warnings:
         print(f"hpckit package: warning: {w}", file=sys.stderr)
@@ -460,7 +558,7 @@ def main(args) -> int:
     pc = run_package_checker(org_dir, args.check, seed_checker_bypass=args.seed_checker_bypass,
                              rcp_bypass=args.rcp_bypass, configs=configs)
     rs = run_result_summarizer(org_dir, args.check, configs)
-    atomic_write_text(Path(args.out) / f"{args.org}.package_checker.txt", pc.output)
+    atomic_write_text(checker_txt, f"{CHECKER_HEADER} {org_dir}\n{pc.output}", "--out", CHECKER_HEADER.encode())
     print(pc.verdict)
     print(rs.verdict)
     sys.stdout.flush()

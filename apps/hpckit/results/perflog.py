@@ -6,10 +6,12 @@ references calibrate` (references from repeated runs)."""
 from __future__ import annotations
 
 import json
+import math
 from datetime import datetime
 from pathlib import Path
 
 from hpckit.common.errors import KitError
+from hpckit.common.inputs import read_text
 
 NEEDED = ("job_completion_time", "display_name", "perf_var", "perf_value")
 
@@ -39,10 +41,7 @@ def read_perflogs(args_paths: list[str], option: str = "--perflog") -> list[dict
     performance variables are skipped: they carry no figure."""
     rows = []
     for path in perflog_files(args_paths, option):
-        try:
-            lines = path.read_text(errors="replace").splitlines()
-        except OSError as e:
-            raise KitError(f"{option} {path}: cannot read ({e.strerror or e})") from None
+        lines = read_text(path, f"{option} {path}", errors="replace").splitlines()
         lines = [ln for ln in lines if ln.strip()]
         if not lines:
             continue
@@ -64,9 +63,14 @@ def read_perflogs(args_paths: list[str], option: str = "--perflog") -> list[dict
             try:
                 value = float(rec["perf_value"])
                 when = datetime.fromisoformat(rec["job_completion_time"])
-            except ValueError:
+                if not math.isfinite(value):
+                    raise ValueError
+                if when.tzinfo is not None:   # one time line: naive local times, as ReFrame writes them
+                    when = when.astimezone().replace(tzinfo=None)
+            except (ValueError, OverflowError):
                 raise KitError(f"{option} {path}: line {n}: bad value or time "
-                               f"({rec['perf_value']!r}, {rec['job_completion_time']!r})") from None
+                               f"({rec['perf_value']!r}, {rec['job_completion_time']!r}); perf_value must be "
+                               "a finite number") from None
             name, *params = rec["display_name"].split(" %")
             rows.append({"file": str(path), "system": system_partition, "time": when,
                          "check": rec["display_name"], "check_class": name,
@@ -90,9 +94,14 @@ def _stack(text: str | None, where: str, n: int) -> dict | None:
         return None
     try:
         found = json.loads(text)
-    except ValueError:
+    except (ValueError, RecursionError):
         raise KitError(f"{where}: line {n}: the stack field is not JSON") from None
-    return found if isinstance(found, dict) else None
+    if not isinstance(found, dict):
+        return None
+    from hpckit.common.inputs import conform
+    from hpckit.common.provenance import stack_spec
+    conform(found, stack_spec(), f"{where}: line {n}", "stack")   # the types the checks write
+    return found
 
 
 def _number(text: str | None) -> float | None:

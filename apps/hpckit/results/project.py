@@ -52,17 +52,23 @@ from pathlib import Path
 import numpy as np
 
 from hpckit.common.errors import KitError
+from hpckit.common.fileio import output_file
+from hpckit.common.inputs import cli_int
 from hpckit.results.analysis import (KIT_BENCHMARKS, EpochCurve, RunFacts, fit_epochs, gather, load_record,
                                      median, record_points, same_submitter)
 
+MAX_UNITS = 10 ** 8          # --units: a hundred million accelerators
+MAX_LOCAL_BATCH = 10 ** 6    # --local-batch
 WARMUP_CYCLES = 1            # epochs left out of the measured epoch time (validation)
 MEASURED_CYCLES = 3          # epochs after the warm-up whose median cycle is the epoch time
 
 
 def add_arguments(p) -> None:
     p.add_argument("--benchmark", choices=KIT_BENCHMARKS, help="the benchmark to project")
-    p.add_argument("--units", type=int, help="compute units (accelerators; CPU: ranks) to project to")
-    p.add_argument("--local-batch", type=int, help="samples per unit per step at the projected scale")
+    # bounded: N x b is a global batch a float carries exactly, far beyond any machine
+    p.add_argument("--units", type=cli_int(1, MAX_UNITS), help="compute units (accelerators; CPU: ranks) to project to")
+    p.add_argument("--local-batch", type=cli_int(1, MAX_LOCAL_BATCH),
+                   help="samples per unit per step at the projected scale")
     p.add_argument("--from", dest="from_runs", nargs="+", default=[], metavar="RUN",
                    help="the site's measured runs (kit output directories or logs; step-capped runs count): "
                         "the system record")
@@ -78,7 +84,8 @@ def add_arguments(p) -> None:
                         "other submitters' record, and print the errors")
     p.add_argument("--published", nargs="+", action="extend", default=[], metavar="PATH",
                    help="with --validate: the published result trees")
-    p.add_argument("--json", metavar="FILE", help="also write the projection (or the validation) as JSON")
+    p.add_argument("--json", metavar="FILE", type=output_file("--json"),
+                   help="also write the projection (or the validation) as JSON (a new file)")
 
 
 # ---- the system record -----------------------------------------------------------------
@@ -411,10 +418,10 @@ def main(args) -> int:
         summary = summarize(rows)
         print_validation(rows, summary)
         if args.json:
-            atomic_write_json(args.json, {"sets": rows, "summary": summary})
+            atomic_write_json(args.json, {"sets": rows, "summary": summary}, option="--json")
         return 0
     result = project(args)
     print_projection(result)
     if args.json:
-        atomic_write_json(args.json, result)
+        atomic_write_json(args.json, result, option="--json")
     return 0

@@ -25,13 +25,15 @@ machine key) it was measured, from how many runs, and the software stack the run
 as `#   stack.<key>: value` comment lines that ReFrame's YAML reader skips and the checks
 read back to name what changed when one FAILs (reframe_checks/mlperf_base.py).
 
-The file is written atomically; an existing file is replaced only with --replace (this
-command never overwrites what it did not write unasked).
+The file is written atomically (hpckit.common.fileio); its directory must exist. An existing
+file is replaced only with --replace, and only a references file this command wrote (its
+first line, HEADER): a site's own references.yaml is never replaced.
 """
 
 from __future__ import annotations
 
 import argparse
+import os
 import platform
 import statistics
 import sys
@@ -39,6 +41,8 @@ import time
 from pathlib import Path
 
 from hpckit.common.errors import KitError
+from hpckit.common.fileio import output_file
+from hpckit.common.inputs import cli_float, cli_int
 from hpckit.results.perflog import read_perflogs
 
 # The smallest allowed deviation per unit, whatever the median: timing a sub-second copy
@@ -49,6 +53,10 @@ from hpckit.results.perflog import read_perflogs
 # min; the defaults sit above that, as the factor 2 on the spread does. A site with
 # minutes of staging keeps its relative bounds.
 RESOLUTION = {"s": 1.0, "min": 0.05}
+
+# The first line of every file this command writes: what --replace may replace.
+HEADER = "# Performance references calibrated by `hpckit references calibrate` on this machine:"
+REPLACE_HINT = " (--replace replaces only a references file this command wrote)"
 
 # Which way a variable gets worse: the side its bound is on.
 WORSE_WHEN = {"time_to_train": "higher", "staging_time": "higher", "epochs": "higher",
@@ -63,16 +71,23 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
     c = sub.add_parser("calibrate", help="write references.yaml from the perflogs of repeated runs")
     c.add_argument("--perflog", nargs="+", required=True, metavar="FILE_OR_DIR",
                    help="ReFrame perflogs (files, or directories searched for *.log)")
-    c.add_argument("--out", required=True, help="the references.yaml to write")
-    c.add_argument("--min-runs", type=int, default=3, help="figures needed per variable (default 3)")
-    c.add_argument("--floor", type=float, default=0.10, help="smallest tolerance, a fraction (default 0.10)")
-    c.add_argument("--ceiling", type=float, default=0.50, help="largest tolerance, a fraction (default 0.50)")
-    c.add_argument("--factor", type=float, default=2.0,
+    c.add_argument("--out", required=True, type=output_file("--out", HEADER.encode(), REPLACE_HINT),
+                   help="the references.yaml to write (a new file; --replace: one this command wrote)")
+    # the bounds: what a count and a relative tolerance can be; --min-runs < 1 and the
+    # floor/ceiling/factor relations are checked in main with messages that name them
+    c.add_argument("--min-runs", type=cli_int(-10 ** 9, 10 ** 9), default=3,
+                   help="figures needed per variable (default 3)")
+    c.add_argument("--floor", type=cli_float(-1e9, 1e9), default=0.10,
+                   help="smallest tolerance, a fraction (default 0.10)")
+    c.add_argument("--ceiling", type=cli_float(-1e9, 1e9), default=0.50,
+                   help="largest tolerance, a fraction (default 0.50)")
+    c.add_argument("--factor", type=cli_float(-1e9, 1e9), default=2.0,
                    help="tolerance = factor x the largest relative deviation from the median (default 2)")
     c.add_argument("--resolution", action="append", default=[], metavar="UNIT=VALUE",
                    help="a bound is never tighter than VALUE (in UNIT) above or below the median: "
                         f"the timer's jitter (default {', '.join(f'{u}={v}' for u, v in RESOLUTION.items())})")
-    c.add_argument("--replace", action="store_true", help="replace an existing --out file")
+    c.add_argument("--replace", action="store_true",
+                   help="replace an existing --out file this command wrote (never a site's own)")
 
 
 def tolerance(values: list[float], median: float, factor: float, floor: float, ceiling: float,
@@ -91,7 +106,7 @@ def parse_resolution(items: list[str]) -> dict[str, float]:
             number = float(value)
         except ValueError:
             number = float("nan")
-        if not sep or not unit or not math.isfinite(number) or number < 0:
+        if not sep or not unit or not math.isfinite(number) or not 0 <= number <= 1e9:
             raise KitError(f"--resolution {item!r}: expected UNIT=VALUE with VALUE >= 0 (e.g. s=0.25)")
         out[unit] = number
     return out
@@ -147,7 +162,7 @@ def render(refs: dict, n_files: int, args, stack: dict | None = None) -> str:
     from hpckit.common import cores
     from hpckit.common.provenance import header_lines
     lines = [
-        "# Performance references calibrated by `hpckit references calibrate` on this machine:",
+        HEADER,
         f"#   when:     {time.strftime('%Y-%m-%d %H:%M:%S %z')}",
         f"#   host:     {platform.node()} (machine key {cores.machine_key()})",
         f"#   CPU:      {cores.cpu_model()}, {len(cores.allocation_cpus())} CPUs, flags "
@@ -175,7 +190,7 @@ def render(refs: dict, n_files: int, args, stack: dict | None = None) -> str:
 
 
 def main(args) -> int:
-    from hpckit.common.fileio import atomic_path
+    from hpckit.common.fileio import atomic_write_text, check_output
     from hpckit.results.perflog import perflog_files
     if args.min_runs < 1:
         raise KitError(f"--min-runs {args.min_runs}: must be >= 1 (one run: no spread, the floor applies)")
@@ -188,18 +203,14 @@ def main(args) -> int:
     if not args.factor > 0:
         raise KitError(f"--factor {args.factor}: must be > 0")
     out = Path(args.out)
-    if out.exists() and not args.replace:
-        raise KitError(f"--out {out}: exists; pass --replace to replace it")
+    if os.path.lexists(out) and not args.replace:
+        raise KitError(f"--out {out}: exists; pass --replace to replace references this command wrote")
+    check_output(out, "--out", HEADER.encode(), REPLACE_HINT)
     resolution = parse_resolution(args.resolution)
     rows = read_perflogs(args.perflog)
     refs = calibrate(rows, args.min_runs, args.factor, args.floor, args.ceiling, resolution)
     text = render(refs, len(perflog_files(args.perflog)), args, calibration_stack(rows))
-    try:
-        out.parent.mkdir(parents=True, exist_ok=True)
-        with atomic_path(out) as tmp:
-            Path(tmp).write_text(text)
-    except OSError as e:
-        raise KitError(f"--out {out}: cannot write ({e.strerror or e})") from None
+    atomic_write_text(out, text, "--out", replaces=HEADER.encode())
     n = sum(len(v) for p in refs.values() for c in p.values() for f in c.values() for v in f.values())
     print(f"hpckit references calibrate: {n} references from {len(rows)} figures written to {out}")
     return 0

@@ -49,7 +49,10 @@ PNGS = ("tts.png", "scaling.png", "convergence.png", "projection.png", "history.
 def add_arguments(p) -> None:
     p.add_argument("runs", nargs="+", metavar="RUN",
                    help="the site's runs: kit output directories (mlperf.log), result logs, or directories of them")
-    p.add_argument("--out", required=True, help="report directory (index.html and the PNGs go there)")
+    from hpckit.common.fileio import output_dir
+    p.add_argument("--out", required=True, type=output_dir("--out", "new"),
+                   help="report directory (index.html and the PNGs go there): a new or empty directory in an "
+                        "existing one; the report appears there whole or not at all")
     p.add_argument("--published", nargs="+", action="extend", default=[], metavar="PATH",
                    help="published result logs or directories of them (e.g. a results repository's sets)")
     p.add_argument("--perflog", nargs="+", action="extend", default=[], metavar="FILE_OR_DIR",
@@ -917,7 +920,7 @@ def pick_set(views: list[SetView], want: str) -> SetView:
 
 
 def main(args) -> int:
-    from hpckit.common.fileio import atomic_write_json, atomic_write_text, ensure_new_dir
+    from hpckit.common.fileio import check_new_dir
 
     projections = [parse_projection(t) for t in args.project]
     site_yaml = site_desc = None
@@ -926,7 +929,7 @@ def main(args) -> int:
         site_yaml = resolve_site(args.site)
         site_desc = load_system_yaml(site_yaml)
     # a report goes into a new (or empty) directory: an earlier report is never replaced
-    out = ensure_new_dir(args.out, "--out", "hpckit report writes")
+    check_new_dir(args.out, "--out", "hpckit report writes")
     seen: set = set()
     site_sets, site_facts = gather(args.runs, "site", seen)
     if not site_sets:
@@ -942,12 +945,30 @@ def main(args) -> int:
     perf_rows = read_perflogs(args.perflog)
     facts = {**site_facts, **pub_facts}
 
+    views = set_views(site_sets, facts, "site", site_desc) + set_views(pub_sets, facts, "published")
+    runs_of = [pick_set(views, want) for want in args.runs_of]
+    from hpckit.common.fileio import staged_dir
+    # built in a directory beside --out and renamed to it: whole or not at all
+    with staged_dir(args.out, "--out", "hpckit report writes") as out:
+        write_report(args, out, site_sets, pub_sets, facts, views, runs_of, perf_rows, projections, site_yaml)
+    out = Path(args.out)
+    for s in site_sets + pub_sets:
+        sc = s["score"]
+        from hpckit.results.score import figure
+        shown = figure(sc) if sc["valid"] else f"invalid ({sc['reason']})"
+        print(f"{s['benchmark']} | {s['org']} | {s['platform']} | {len(s['runs'])} runs | score {shown}")
+    print(f"report -> {out / 'index.html'}")
+    return 0
+
+
+def write_report(args, out: Path, site_sets, pub_sets, facts, views, runs_of, perf_rows, projections,
+                 site_yaml) -> None:
+    """Every file of the report, into `out` (the staged directory)."""
+    from hpckit.common.fileio import atomic_write_json, atomic_write_text
     import matplotlib
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    views = set_views(site_sets, facts, "site", site_desc) + set_views(pub_sets, facts, "published")
-    runs_of = [pick_set(views, want) for want in args.runs_of]
     _plot_tts(plt, views, out)
     _plot_scaling(plt, views, out)
     pub_points, site_points, projectors, notes = analysis_inputs(site_sets, pub_sets, facts)
@@ -964,10 +985,3 @@ def main(args) -> int:
                                                       inputs, runs_of, analysis))
     from hpckit.results.score import to_json
     atomic_write_json(out / "scores.json", {"site": to_json(site_sets), "published": to_json(pub_sets)})
-    for s in site_sets + pub_sets:
-        sc = s["score"]
-        from hpckit.results.score import figure
-        shown = figure(sc) if sc["valid"] else f"invalid ({sc['reason']})"
-        print(f"{s['benchmark']} | {s['org']} | {s['platform']} | {len(s['runs'])} runs | score {shown}")
-    print(f"report -> {out / 'index.html'}")
-    return 0

@@ -461,15 +461,10 @@ def to_json(sets: list[dict]) -> dict:
 
 
 def main_score(args) -> int:
-    if args.json and os.path.lexists(args.json):   # before any work: never replace a file
-        raise KitError(f"--json {args.json}: exists; hpckit score writes only a new file")
     sets, notes = score_sets(args.paths, getattr(args, "scaling", None), getattr(args, "ruleset", None))
     print("\n".join(format_sets(sets, notes)))
     if args.json:
         from hpckit.common.fileio import atomic_write_json
-        try:
-            atomic_write_json(args.json, to_json(sets))
-        except OSError as e:
-            raise KitError(f"--json {args.json}: cannot write ({e.strerror or e})") from None
+        atomic_write_json(args.json, to_json(sets), option="--json")   # the parser refused an existing one
     sys.stdout.flush()
     return 0 if all(s["score"]["valid"] for s in sets) else 1
