@@ -44,6 +44,26 @@ compare: $(STAMP)
 test: $(STAMP)
 	$(BIN)/python -m pytest tests
 
+# Tests that could fail by chance, run again and again under a competing CPU load (LOAD
+# spinning processes, default one per usable core), each repetition a fresh pytest session;
+# reports every test that failed even once, its output kept under STRESS_OUT
+# (tests/stress/stress.py). Repetitions accumulate in STRESS_OUT: a long campaign runs in
+# chunks, `make stress REPS=3 STRESS_OUT=build/stress/mine` again and again, each ending with
+# the report over all of them. The default TESTS: the multi-process, Slurm and signal tests;
+# the container tests (minutes per repetition) by name: TESTS=tests/test_containers.py.
+REPS       ?= 20
+LOAD       ?=
+STRESS_OUT ?= build/stress/$(shell date +%Y%m%dT%H%M%S)
+TESTS      ?= tests/test_bn_stats.py tests/test_replica_check.py \
+              tests/test_deepcam_model.py::test_batchnorm_group_size_one_process \
+              tests/test_deepcam_model.py::test_batchnorm_synchronised_over_two_ranks \
+              tests/test_cores.py tests/test_signals.py tests/test_data_safety.py \
+              tests/test_compliance.py::test_the_checker_dies_with_hpckit_check \
+              tests/test_multirank.py tests/test_campaign.py tests/test_slurm.py tests/test_multinode.py
+.PHONY: stress
+stress: $(STAMP)
+	$(BIN)/python tests/stress/stress.py --reps $(REPS) $(if $(LOAD),--load $(LOAD)) --out $(STRESS_OUT) $(TESTS)
+
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt
