@@ -226,3 +226,48 @@ def test_projection_onmachine_bad_argument_is_one_line(args, named):
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "projection_onmachine.py"), *args],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and named in proc.stderr, proc.stderr
+
+
+NO_TENSORFLOW = ("import runpy, sys; sys.modules['tensorflow'] = None; sys.argv = sys.argv[1:]; "
+                 "runpy.run_path(sys.argv[0], run_name='__main__')")
+
+
+def test_feed_rate_prints_every_figure_without_tensorflow(tmp_path):
+    """The whole GPU data path at tiny sizes, TensorFlow unimportable (the lent GPU machine has
+    none): every format's row per worker count and the `today` row, the cores per H100 at
+    NVIDIA's rates and at a given step rate, the JSON, and the work directory removed."""
+    out = tmp_path / "feed.json"
+    proc = subprocess.run([sys.executable, "-c", NO_TENSORFLOW, str(REPO / "bench" / "feed_rate.py"), "--tiny",
+                           "--workers", "1", "--cosmoflow", "4", "--deepcam", "16", "--seconds", "0.05", "--today",
+                           "--step-rate", "cosmoflow=144", "--workdir", str(tmp_path / "work"), "--json", str(out)],
+                          capture_output=True, text=True, timeout=300, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    lines = proc.stdout.splitlines()
+    assert lines[0].startswith("# host ") and " flags " in lines[0] and "# cpu model " in lines[1]
+    cases = [("cosmoflow", "gzip-tfrecord", 1), ("cosmoflow", "stage-decode", 1), ("deepcam", "hdf5", 1),
+             ("deepcam", "hdf5", 8)]
+    for bench, fmt, batch in cases:
+        for variant in (fmt, f"{fmt} today"):
+            row = rf"{bench}\s+{variant}\s+{batch}\s+1\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}"
+            assert sum(bool(re.fullmatch(row, line)) for line in lines) == 1, (row, proc.stdout)
+        nvidia = {("cosmoflow", 1): 206, ("deepcam", 1): 30, ("deepcam", 8): 82}[(bench, batch)]
+        summary = (rf"{bench}\s+{fmt}\s+batch {batch}: NVIDIA H100 {nvidia} samples/s needs {NUMBER} cores "
+                   rf"\({NUMBER} workers at {NUMBER} samples/s per core \+ {NUMBER} main process\): (fits|does NOT fit) in 14; .*")
+        assert sum(bool(re.fullmatch(summary, line)) for line in lines) == 1, (summary, proc.stdout)
+    assert sum(bool(re.match(r"cosmoflow\s+\S+( today)?\s+batch 1: kit step 144 samples/s needs", line))
+               for line in lines) == 4
+    assert re.search(rf"^# staging: copies {NUMBER} samples/s .* data.stage_decode {NUMBER} samples/s", proc.stdout, re.M)
+    saved = json.loads(out.read_text())
+    assert len(saved["rows"]) == 8 and all(r["sustained"] > 0 and r["worker_ms"] > 0 for r in saved["rows"])
+    assert len(saved["summary"]) == 12   # each row's NVIDIA rate, and the step rate for CosmoFlow's four
+    assert list((tmp_path / "work").iterdir()) and saved["flags"]   # --workdir given: kept
+
+
+@pytest.mark.parametrize("args,named", [(["--workers", "0"], "--workers '0'"), (["--formats", "npz"], "--formats 'npz'"),
+                                        (["--rate", "cosmoflow=0"], "--rate 'cosmoflow=0'"),
+                                        (["--batch", "deepcam=x"], "--batch 'x'"),
+                                        (["--deepcam", "3"], "--deepcam 3")])
+def test_feed_rate_bad_argument_is_one_line(args, named):
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "feed_rate.py"), *args],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and named in proc.stderr, proc.stderr
