@@ -231,7 +231,8 @@ def launch(args, framework: str, cfg: dict) -> Launch:
     cores.apply(core_plan, framework)   # before the communicator starts the runtime
     allocator = memory.tune_allocator()
     cfg["train"]["deterministic"] = cfg["train"]["deterministic"] or bool(getattr(args, "deterministic", False))
-    determinism.apply(framework, cfg["train"]["deterministic"], getattr(device, "type", "cpu"))
+    # resolves the op implementations cfg chooses (model.max_pool) or refuses, before staging
+    determinism.apply(framework, cfg["train"]["deterministic"], getattr(device, "type", "cpu"), cfg)
     dist.raise_on_signals()
     comm = dist.make_comm(kind, ranks, device=device, timeout_s=timeout_s)
     if campaign is None:

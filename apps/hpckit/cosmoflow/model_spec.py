@@ -32,6 +32,8 @@ def validate_model_config(cfg: dict) -> None:
     require(0.0 <= m["dropout"] < 1.0, "model.dropout", f"must be in [0, 1) (got {m['dropout']})")
     require(m["l2"] >= 0.0, "model.l2", f"must be >= 0 (got {m['l2']})")
     require(m["leaky_relu_alpha"] >= 0.0, "model.leaky_relu_alpha", "must be >= 0")
+    require(m.get("max_pool", "auto") in ("auto", "native", "deterministic"), "model.max_pool",
+            f"must be auto, native or deterministic (got {m.get('max_pool')!r})")
     require(size % (2 ** m["n_conv_layers"]) == 0, "data.sample_size",
             f"{size} must be divisible by 2**model.n_conv_layers = {2 ** m['n_conv_layers']}")
 

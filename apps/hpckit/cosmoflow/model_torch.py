@@ -6,6 +6,12 @@ exactly (see `load_keras_weights`) and both compute the same function. 'same' pa
 explicit where it is asymmetric: for a kernel k TensorFlow pads (k-1)//2 before and the
 rest after, so kernel 2 (the mini config's) pads (0 before, 1 after); the reference's
 kernel 3 pads 1 on both sides, which the convolution does itself (no padded copy).
+
+Max pooling is `MaxPool3d`, an nn.MaxPool3d whose backward can be the kit's own
+(`model.max_pool`, resolved before staging by common/determinism.choose_implementations):
+PyTorch before 2.13 has no deterministic CUDA kernel for max_pool3d's backward, so under
+`--deterministic` on CUDA `auto` runs `first_max_pool3d`, which computes the same forward
+and the same gradient (see there), with ops that are deterministic on CUDA.
 """
 
 from __future__ import annotations
@@ -13,7 +19,81 @@ from __future__ import annotations
 import torch
 from torch import nn
 
+import itertools
+
+from hpckit.common import determinism
 from hpckit.cosmoflow.model_spec import N_CHANNELS, N_TARGETS, OUTPUT_SCALE
+
+
+class _FirstMaxPool3d(torch.autograd.Function):
+    """max_pool3d with kernel = stride = k (no padding, floor mode): the forward is
+    torch's own op (bit-equal by construction); the backward gives each window's output
+    gradient to the element torch's max_pool3d kernels pick (the CPU kernel and the CUDA
+    one, aten/src/ATen/native/cpu/MaxPoolKernel.cpp and cuda/DilatedMaxPool3d.cu, both keep
+    an index updated `if ((val > maxval) || isnan(val))` while scanning depth, then height,
+    then width): the first maximum of the window in that order, or its last NaN. The
+    windows do not overlap, so each input element gets at most one gradient and the result
+    is written, never accumulated: k**3 strided slices of the input compared with the
+    output (eq, logical and/or, where, a strided copy; none of them on the raising list of
+    torch.use_deterministic_algorithms). Saves the input and the output (torch's saves the
+    input and int64 indices)."""
+
+    @staticmethod
+    def forward(ctx, x: torch.Tensor, k: int) -> torch.Tensor:
+        y = torch.nn.functional.max_pool3d(x, k)
+        ctx.save_for_backward(x, y)
+        ctx.k = k
+        return y
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, gy: torch.Tensor):
+        x, y = ctx.saved_tensors
+        k = ctx.k
+        d, h, w = y.shape[-3:]
+        gx = torch.zeros_like(x, dtype=gy.dtype)
+        gy_nan = torch.isnan(y)
+        taken = torch.zeros_like(y, dtype=torch.bool)
+        slots = list(itertools.product(range(k), repeat=3))    # (depth, height, width) scan order
+        first = {}
+        for a, b, c in slots:              # the first element equal to the maximum
+            hit = (x[..., a::k, b::k, c::k][..., :d, :h, :w] == y) & ~taken
+            taken |= hit
+            first[a, b, c] = hit
+        taken = ~gy_nan                    # windows whose maximum is NaN: their last NaN
+        for a, b, c in reversed(slots):
+            hit = torch.isnan(x[..., a::k, b::k, c::k][..., :d, :h, :w]) & ~taken
+            taken |= hit
+            first[a, b, c] |= hit
+        for (a, b, c), hit in first.items():
+            gx[..., a::k, b::k, c::k][..., :d, :h, :w] = torch.where(hit, gy, 0)
+        return gx, None
+
+
+def first_max_pool3d(x: torch.Tensor, k: int) -> torch.Tensor:
+    """max_pool3d(x, k) with a deterministic backward on every device (_FirstMaxPool3d)."""
+    return _FirstMaxPool3d.apply(x, k)
+
+
+class MaxPool3d(nn.MaxPool3d):
+    """nn.MaxPool3d(k) (kernel = stride = k) with the implementation `model.max_pool`
+    chooses: 'native' torch's, 'deterministic' first_max_pool3d whenever a gradient is
+    taken, 'auto' first_max_pool3d only on CUDA under torch.use_deterministic_algorithms
+    where the running torch has no deterministic kernel (determinism.max_pool3d_impl)."""
+
+    def __init__(self, kernel_size: int, impl: str = "auto"):
+        super().__init__(kernel_size)
+        determinism.max_pool3d_impl(impl, "cpu")     # a bad value fails here, in one line
+        self.impl = impl
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        if torch.is_grad_enabled() and x.requires_grad and \
+                determinism.max_pool3d_impl(self.impl, x.device.type) == "deterministic":
+            return first_max_pool3d(x, self.kernel_size)
+        return super().forward(x)
+
+    def extra_repr(self) -> str:
+        return f"{super().extra_repr()}, impl={self.impl}"
 
 
 def same_padding(k: int) -> nn.Module:
@@ -31,7 +111,7 @@ class CosmoFlow(nn.Module):
             c = m["conv_size"] * 2 ** i
             k = m["kernel_size"]
             conv = [nn.Conv3d(c_in, c, k, padding=(k - 1) // 2)] if k % 2 else [same_padding(k), nn.Conv3d(c_in, c, k)]
-            blocks += [*conv, nn.LeakyReLU(m["leaky_relu_alpha"]), nn.MaxPool3d(2)]
+            blocks += [*conv, nn.LeakyReLU(m["leaky_relu_alpha"]), MaxPool3d(2, m.get("max_pool", "auto"))]
             c_in, s = c, s // 2
         self.features = nn.Sequential(*blocks)
         flat = s ** 3 * c_in
