@@ -165,6 +165,21 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
+def _stop_on_sigterm() -> None:
+    """A SIGTERM (a batch system ending the job) stops a results command as an exception,
+    so what it was writing is taken back (a report or package half built is removed: common/
+    fileio.py) before it exits 143. `train` installs its own (common/dist.py)."""
+    import signal
+    import threading
+    if threading.current_thread() is not threading.main_thread():
+        return
+
+    def stop(signum, frame):
+        signal.signal(signal.SIGTERM, signal.SIG_DFL)    # a second one ends it at once
+        raise Terminated("stopped by SIGTERM")
+    signal.signal(signal.SIGTERM, stop)
+
+
 def run_command(argv: list[str] | None) -> int:
     begin_command()
     args = build_parser().parse_args(argv)
@@ -173,6 +188,8 @@ def run_command(argv: list[str] | None) -> int:
             # before anything else: the training restarts itself with tcmalloc preloaded
             from hpckit.common import memory
             memory.reexec_with_tcmalloc(sys.argv[1:] if argv is None else list(argv), args.allocator)
+        if args.command in ("check", "score", *TOOL_COMMANDS):
+            _stop_on_sigterm()
         if args.command == "check":
             from hpckit.common.compliance import main_check
             return main_check(args)

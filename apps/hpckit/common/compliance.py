@@ -224,9 +224,10 @@ def overlong_line(data: bytes) -> tuple[int, int] | None:
 def overlong_reason(log: Path, data: bytes | None = None) -> str | None:
     """Why the official checker must not be given `log` (its parser would not finish), or None."""
     if data is None:
+        from hpckit.common.inputs import read_bytes
         try:
-            data = Path(log).read_bytes()
-        except OSError:
+            data = read_bytes(log, f"log {log}")
+        except KitError:
             return None   # the reader that follows names what is wrong with the file
     hit = overlong_line(data)
     if hit is None:
@@ -254,10 +255,8 @@ def read_log(log: Path) -> LogInfo:
         raise KitError(f"log {log}: no such file")
     if log.is_dir():
         raise KitError(f"log {log}: is a directory, not a log file")
-    try:
-        data = log.read_bytes()
-    except OSError as e:
-        raise KitError(f"log {log}: cannot read ({e.strerror})")
+    from hpckit.common.inputs import read_bytes   # a regular file only: a FIFO would never end
+    data = read_bytes(log, f"log {log}")
     if not data.strip():
         raise KitError(f"log {log}: file is empty")
     from hpckit.results.logs import mllog_lines   # the project's one log reader

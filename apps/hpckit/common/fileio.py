@@ -277,6 +277,75 @@ def staged_dir(path: str | os.PathLike, what: str, purpose: str):
         raise
 
 
+def place_tree(root: Path, name: str, files: dict[str, bytes], what: str) -> None:
+    """Add `files` (paths relative to root/name, none of them there yet: the caller has
+    checked) to the tree root/name: written into a temporary directory beside it, then all
+    of root/name moved in with one rename when it is new, else each new subtree with one
+    rename (any moved one taken back if a later one fails). `root` is created when missing
+    (its parent must exist) and removed again if nothing landed in it. A package appears
+    whole or not at all."""
+    root = Path(root)
+    made_root = False
+    if not root.is_dir():
+        try:
+            root.mkdir()
+            made_root = True
+        except OSError as e:
+            if is_disk_error(e):
+                raise disk_error(e, root) from None
+            raise KitError(f"{what} {root}: cannot create ({e.strerror or e})") from None
+    dest_top = root / name
+    tmp = None
+    placed: list[tuple[Path, Path]] = []
+    try:
+        tmp = Path(tempfile.mkdtemp(dir=root, prefix=f".{name}.hpckit-"))
+        umask = os.umask(0o022)
+        os.umask(umask)
+        os.chmod(tmp, 0o777 & ~umask)
+        for rel, data in sorted(files.items()):
+            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
+            atomic_write_bytes(tmp / rel, data, what)
+        if not os.path.lexists(dest_top):
+            os.rename(tmp, dest_top)
+            tmp = None
+            return
+        moves = set()
+        for rel in files:
+            parts = Path(rel).parts
+            for depth in range(1, len(parts) + 1):   # the shallowest part not there yet
+                if not os.path.lexists(dest_top.joinpath(*parts[:depth])):
+                    moves.add(Path(*parts[:depth]))
+                    break
+        for rel in sorted(moves, key=lambda p: (len(p.parts), str(p))):
+            if any(parent in moves for parent in rel.parents):
+                continue
+            dest = dest_top / rel
+            if os.path.lexists(dest):
+                raise KitError(f"{dest}: appeared while this command wrote; nothing was replaced")
+            os.rename(tmp / rel, dest)
+            placed.append((dest, tmp / rel))
+        placed.clear()
+    except BaseException as e:
+        for dest, src in reversed(placed):
+            try:
+                os.rename(dest, src)
+            except OSError:
+                pass
+        if is_disk_error(e):
+            raise disk_error(e, dest_top) from None
+        if isinstance(e, OSError):
+            raise KitError(f"{what} {root}: cannot write ({e.strerror or e})") from None
+        raise
+    finally:
+        if tmp is not None:
+            shutil.rmtree(tmp, ignore_errors=True)
+        if made_root:
+            try:
+                root.rmdir()      # only when nothing landed in it
+            except OSError:
+                pass
+
+
 # ---- output options: argparse types that mark them (tests/test_writer.py finds them) ----------
 
 def output_file(option: str, replaces: bytes | None = None, hint: str = ""):

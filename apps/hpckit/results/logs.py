@@ -10,7 +10,8 @@ judged only on events up to the first `run_stop` (in file order).
 `parse_log(path)` raises KitError on a log it cannot score (no run_start, no run_stop);
 `parse_log(path, strict=False)` returns it as a run that did not converge, with the reason
 in `problem`, as the official result summarizer drops such a run (a `pruned` or killed run
-in a published set is one).
+in a published set is one). A damaged log (a NaN, text or negative where every log has a
+number: `_check`) is bad input either way: DamagedLog, one line naming file, line and key.
 """
 
 from __future__ import annotations
@@ -91,7 +92,19 @@ SIZES = {"global_batch_size": 1, "train_samples": 1, "eval_samples": 1, "number_
          "number_of_ranks": 1, "accelerators_per_node": 0}     # key -> smallest value
 
 
+class DamagedLog(KitError):
+    """A log whose numbers break the types and ranges every log has (_check): bad input,
+    whichever command reads it (never a run that merely did not converge)."""
+
+
 def _check(rec: dict, path: Path, n: int) -> None:
+    try:
+        _check_numbers(rec, path, n)
+    except KitError as e:
+        raise DamagedLog(str(e)) from None
+
+
+def _check_numbers(rec: dict, path: Path, n: int) -> None:
     from hpckit.common.inputs import number
     key = rec["key"]
     where = f"log {path}"
@@ -142,6 +155,8 @@ def parse_log(path: str | Path, strict: bool = True) -> RunLog:
         return _parse(Path(path))
     try:
         return _parse(Path(path))
+    except DamagedLog:
+        raise
     except KitError as e:
         fields = dict(path=str(path), benchmark=None, org=None, platform=None, division=None, status=None,
                       number_of_nodes=None, accelerators_per_node=None, run_start_ms=None, run_stop_ms=None,

@@ -31,7 +31,6 @@ from __future__ import annotations
 import json
 import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
@@ -200,77 +199,9 @@ def _new_files(org_dir: Path, files: dict[str, bytes], system: str, groups) -> d
             if not same:
                 raise KitError(f"{target}: already exists with a different description; use another --out or --system")
         elif old != data:
-            raise KitError(f"{target}: already exists with other content (an earlier package); hpckit package "
-                           "never rewrites a file: use another --out")
+            raise KitError(f"{target}: already exists with other content (an earlier package, of another "
+                           "system or runs); hpckit package never rewrites a file: use another --out")
     return new
-
-
-def place_package(out_root: Path, org: str, files: dict[str, bytes]) -> None:
-    """Write `files` (paths under <org>/) into a directory beside <org>/ and move them in:
-    all of <org>/ with one rename when it is new, else each new subtree with one rename
-    (any moved one taken back if a later one fails). A failure leaves nothing behind."""
-    import shutil
-    import tempfile
-    from hpckit.common.errors import disk_error, is_disk_error
-    from hpckit.common.fileio import atomic_write_bytes
-    made_root = False
-    if not out_root.is_dir():
-        try:
-            out_root.mkdir()
-            made_root = True
-        except OSError as e:
-            raise KitError(f"--out {out_root}: cannot create ({e.strerror or e})") from None
-    org_dir = out_root / org
-    tmp = None
-    placed: list[tuple[Path, Path]] = []
-    try:
-        tmp = Path(tempfile.mkdtemp(dir=out_root, prefix=f".{org}.hpckit-"))
-        umask = os.umask(0o022)
-        os.umask(umask)
-        os.chmod(tmp, 0o777 & ~umask)
-        for rel, data in sorted(files.items()):
-            (tmp / rel).parent.mkdir(parents=True, exist_ok=True)
-            atomic_write_bytes(tmp / rel, data, "--out")
-        if not os.path.lexists(org_dir):
-            os.rename(tmp, org_dir)
-            tmp = None
-            return
-        moves = {}
-        for rel in files:
-            parts = Path(rel).parts
-            # the shallowest part of the path not in <org>/ yet: moved with one rename
-            for depth in range(1, len(parts) + 1):
-                if not os.path.lexists(org_dir.joinpath(*parts[:depth])):
-                    moves[Path(*parts[:depth])] = True
-                    break
-        for rel in sorted(moves, key=lambda p: len(p.parts)):
-            if any(parent in moves for parent in rel.parents):
-                continue
-            dest = org_dir / rel
-            if os.path.lexists(dest):
-                raise KitError(f"{dest}: appeared while the package was written; nothing was replaced")
-            os.rename(tmp / rel, dest)
-            placed.append((dest, tmp / rel))
-        placed.clear()
-    except BaseException as e:
-        for dest, src in reversed(placed):
-            try:
-                os.rename(dest, src)
-            except OSError:
-                pass
-        if is_disk_error(e):
-            raise disk_error(e, out_root / org) from None
-        if isinstance(e, OSError):
-            raise KitError(f"--out {out_root}: cannot write the package ({e.strerror or e})") from None
-        raise
-    finally:
-        if tmp is not None:
-            shutil.rmtree(tmp, ignore_errors=True)
-        if made_root:
-            try:
-                out_root.rmdir()      # only if the package did not land in it
-            except OSError:
-                pass
 
 
 # ---- runs --------------------------------------------------------------------------------
@@ -313,23 +244,19 @@ def kit_version() -> str:
 
 
 def _git_commit() -> str | None:
-    if not (REPO / ".git").exists():
+    """The kit checkout's commit, read as provenance reads it (never hangs on an odd .git)."""
+    if not os.path.lexists(REPO / ".git"):
         return None
-    try:
-        out = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True,
-                             text=True, timeout=10)
-    except (OSError, subprocess.TimeoutExpired):
-        return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    from hpckit.common.provenance import head_commit
+    return head_commit(REPO)[0]
 
 
 def _hpckit_config(log: Path) -> str | None:
-    for line in log.read_text(errors="replace").splitlines():
-        if '"key": "hpckit_config"' in line:
-            try:
-                return json.loads(line[line.rindex(":::MLLOG ") + 9:])["value"].get("name")
-            except (ValueError, KeyError, AttributeError):
-                return None
+    from hpckit.results.logs import records
+    for rec in records(log):
+        if rec["key"] == "hpckit_config":
+            name = rec.get("value").get("name") if isinstance(rec.get("value"), dict) else None
+            return name if isinstance(name, str) else None
     return None
 
 
@@ -433,7 +360,7 @@ def benchmark_readme(benchmark: str, runs: list, version: str, provs: dict | Non
 
 
 def main(args) -> int:
-    from hpckit.common.fileio import atomic_write_text, check_output
+    from hpckit.common.fileio import atomic_write_text, check_output, place_tree
     from hpckit.common.inputs import read_bytes
 
     if args.system_json is None and args.site is None:
@@ -516,7 +443,8 @@ def main(args) -> int:
             warnings.append(f"{bench} ({scaling} scaling): {len(members)} runs; the rules ask for "
                             f"{'exactly' if scaling == 'strong' else 'at least'} {need}")
         if scaling == "strong" and division == "closed":
-            seedless = [str(p) for p, _ in members if '"key": "seed"' not in p.read_text(errors="replace")]
+            from hpckit.results.logs import records
+            seedless = [str(p) for p, _ in members if not any(r["key"] == "seed" for r in records(p))]
             if seedless:
                 warnings.append(f"{bench}: {len(seedless)} run(s) log no seed (e.g. {seedless[0]}); the "
                                 "package checker's seed check fails on them (--seed-checker-bypass)")
@@ -544,13 +472,13 @@ def main(args) -> int:
     new = _new_files(org_dir, files, system, groups)
     if args.check and out_root.is_dir():    # before anything is written
         check_output(checker_txt, "--out", CHECKER_HEADER.encode())
-    place_package(out_root, args.org, new)
+    place_tree(out_root, args.org, new, "--out")
     for (scaling, bench), members in sorted(groups.items()):
         print(f"{bench}: {len(members)} runs -> {org_dir / 'results' / system / scaling / bench}")
     system_json = org_dir / "systems" / f"{system}.json"
 
-    for w in warnings:
-        print(f"hpckit package: warning: {w}", file=sys.stderr)
+    if warnings:   # one line, whatever their number (a user reads stderr line by line)
+        print(f"hpckit package: warning: {'; '.join(warnings)}", file=sys.stderr)
     print(f"system description -> {system_json}")
     if not args.check:
         return 0

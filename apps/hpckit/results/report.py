@@ -461,12 +461,13 @@ MAP_BATCHES = [2 ** i for i in range(0, 14)]        # global batch 1 .. 8192
 
 
 def parse_projection(text: str) -> tuple[int, int]:
+    from hpckit.results.project import MAX_LOCAL_BATCH, MAX_UNITS
     try:
         n, b = (int(x) for x in text.split(":"))
     except ValueError:
-        raise KitError(f"--project {text}: UNITS:LOCAL_BATCH, e.g. 512:2") from None
-    if n < 1 or b < 1:
-        raise KitError(f"--project {text}: both must be positive")
+        raise KitError(f"--project {text[:40]}: UNITS:LOCAL_BATCH, e.g. 512:2") from None
+    if not (1 <= n <= MAX_UNITS and 1 <= b <= MAX_LOCAL_BATCH):
+        raise KitError(f"--project {text[:40]}: UNITS in 1..{MAX_UNITS}, LOCAL_BATCH in 1..{MAX_LOCAL_BATCH}")
     return n, b
 
 

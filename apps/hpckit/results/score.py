@@ -134,11 +134,8 @@ def _natural(p: Path):
 
 def _is_mllog(p: Path) -> bool:
     """A *.log that holds MLPerf log lines (not, say, a run's tensorflow-native.log)."""
-    try:
-        with open(p, "rb") as f:
-            return MARKER.encode() in f.read(1 << 16)
-    except OSError:
-        return False
+    from hpckit.common.inputs import read_head
+    return MARKER.encode() in (read_head(p, 1 << 16) or b"")
 
 
 def _layout(d: Path) -> tuple[str, str] | None:
@@ -254,40 +251,37 @@ def _bare_sets(files: list[Path], scaling: str | None, fallback: str | None = No
 def _kit_campaign(p: Path) -> bool:
     """A kit log written by an instance of a throughput campaign (`hpckit train --instances
     M`, M > 1: its hpckit_config says `instances`)."""
-    try:
-        with open(p, "rb") as f:
-            head = f.read(1 << 16)
-    except OSError:
-        return False
+    from hpckit.common.inputs import read_head
+    head = read_head(p, 1 << 16) or b""
     m = re.search(rb'"key": "hpckit_config".*?"instances": (\d+)', head)
     return bool(m) and int(m.group(1)) > 1
 
 
 def _is_kit_log(p: Path) -> bool:
-    try:
-        with open(p, "rb") as f:
-            return b'"key": "hpckit_config"' in f.read(1 << 16)
-    except OSError:
-        return False
+    from hpckit.common.inputs import read_head
+    return b'"key": "hpckit_config"' in (read_head(p, 1 << 16) or b"")
 
 
 def _system_desc(org_dir: Path | None, system: str | None) -> dict:
     if org_dir is None or system is None:
         return {}
+    from hpckit.common.inputs import read_json
     f = org_dir / "systems" / f"{system}.json"
     try:
-        return json.loads(f.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
+        desc = read_json(f, str(f), limit=1 << 24)
+    except KitError:
         return {}
+    return desc if isinstance(desc, dict) else {}
 
 
 def _scaling_json(folder: Path) -> float:
     f = folder / "scaling.json"
     if not f.is_file():
         return 1.0
+    from hpckit.common.inputs import read_json
     try:
-        value = float(json.loads(f.read_text())["scaling_factor"])
-    except (OSError, ValueError, KeyError, TypeError):
+        value = float(read_json(f, str(f), limit=1 << 20)["scaling_factor"])
+    except (ValueError, KeyError, TypeError, OverflowError):
         raise KitError(f"{f}: no numeric scaling_factor") from None
     if not math.isfinite(value) or value <= 0:
         raise KitError(f"{f}: scaling_factor {value} is not a positive number")
