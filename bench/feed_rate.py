@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import REPO, cpu_flags, cpu_model, machine_line  # noqa: E402,F401
+from benchlib import cpu_flags, cpu_model, machine_line  # noqa: E402
 from benchlib import bad as _bad  # noqa: E402
 
 # per-H100 training samples/s of NVIDIA's v3.0 eos runs, by (benchmark, local batch)
@@ -197,53 +197,95 @@ class PinStandIn:
 
 # ---------------------------------------------------------------- one measurement
 
-def measure(make_loader, batch: int, rate: float, device, cuda: bool, seconds: float, prefetch: int) -> dict:
-    """Warm-up epoch, then whole epochs for at least `seconds`, the consumer taking batch / rate
-    seconds per batch (rate 0: no wait). Returns sustained samples/s and CPU per sample."""
+class GpuClock:
+    """The GPU the consumer stands in for: step i starts when its batch is there and step
+    i - 1 has ended, and takes batch / rate seconds. The host loop runs one step ahead, as
+    an asynchronous training loop does: it takes batch i + 1 while step i runs (it sleeps
+    until step i starts). The time the GPU waits for data is what starves it."""
+
+    def __init__(self, rate: float):
+        self.rate, self.free, self.waited = rate, time.perf_counter(), 0.0
+
+    def step(self, samples: int) -> None:
+        now = time.perf_counter()
+        if now > self.free:
+            self.waited += now - self.free
+        start = max(now, self.free)
+        self.free = start + (samples / self.rate if self.rate else 0.0)
+        time.sleep(max(0.0, start - time.perf_counter()))
+
+
+class Epochs:
+    """The loader's sampler: epochs of `length` samples drawn from the n files, a fresh
+    permutation for every pass over them. An epoch longer than the files keeps the workers
+    streaming for the whole timed interval (the pipeline drains at every epoch's end, and a
+    real epoch is 121,266 or 524,288 samples, not the bench's few dozen)."""
+
+    def __init__(self, n: int):
+        import numpy as np
+        self.n, self.length, self.rng = n, n, np.random.default_rng(0)
+
+    def __len__(self) -> int:
+        return self.length
+
+    def __iter__(self):
+        import numpy as np
+        passes = -(-self.length // self.n)
+        return iter(np.concatenate([self.rng.permutation(self.n) for _ in range(passes)])[:self.length].tolist())
+
+
+def measure(make_loader, n_files: int, batch: int, workers: int, rate: float, device, cuda: bool, seconds: float,
+            prefetch: int) -> dict:
+    """A warm-up epoch over the files, then one epoch long enough for about `seconds` at the
+    warm-up's pace (and 4 times the batches the workers hold), against a GpuClock at `rate`
+    (0: no wait). Returns sustained samples/s (samples over the time until the GPU's last
+    step ends), the share of it the GPU waited for data, and CPU per sample."""
     import torch
-    loader = make_loader()
+    sampler = Epochs(n_files)
+    loader = make_loader(sampler)
     if cuda:
         from hpckit.cosmoflow import data as cdata
         from hpckit.deepcam import data as ddata
         done = torch.cuda.Event(blocking=True)   # waiting on it sleeps instead of spinning a core
 
-        def epoch():
+        def epoch(clock):
             n = 0
             for x, y in loader:
-                t0 = time.perf_counter()
                 to_device = cdata.to_device if isinstance(x, cdata.Counts) else ddata.to_device
-                xd, _ = to_device(x, y, device)
+                xd, _ = to_device(x, y, device)   # non-blocking copy and transform, queued
                 done.record()
+                clock.step(len(xd))
+                done.synchronize()   # the previous step's inputs were on the device before it ended
                 n += len(xd)
-                if rate:
-                    time.sleep(max(0.0, t0 + len(xd) / rate - time.perf_counter()))
-                done.synchronize()   # the copy and transform finished inside the "step"
             return n
     else:
         pinned = PinStandIn(loader, prefetch + 1)
 
-        def epoch():
+        def epoch(clock):
             n = 0
             for got in pinned:
-                t0 = time.perf_counter()
+                clock.step(got)
                 n += got
-                if rate:
-                    time.sleep(max(0.0, t0 + got / rate - time.perf_counter()))
             return n
 
-    epoch()   # warm: workers started, pinned buffers allocated
-    workers = children()
-    w0, m0, t0 = sum(map(proc_cpu, workers)), self_cpu(), time.perf_counter()
-    n = 0
-    while n == 0 or time.perf_counter() - t0 < seconds:
-        n += epoch()
-    wall = time.perf_counter() - t0
-    w1, m1 = sum(map(proc_cpu, workers)), self_cpu()
+    t0 = time.perf_counter()
+    warm = epoch(GpuClock(0))   # workers started, pinned buffers allocated
+    pace = min(warm / (time.perf_counter() - t0), rate or float("inf"))
+    in_flight = batch * max(workers, 1) * prefetch
+    sampler.length = max(n_files, int(pace * seconds), 4 * in_flight) // batch * batch
+    pids = children()
+    w0, m0 = sum(map(proc_cpu, pids)), self_cpu()
+    clock = GpuClock(rate)
+    t0 = clock.free
+    n = epoch(clock)
+    time.sleep(max(0.0, clock.free - time.perf_counter()))
+    wall = clock.free - t0
+    w1, m1 = sum(map(proc_cpu, pids)), self_cpu()
     locked = getattr(pinned, "locked", True) if not cuda else True
     del loader
     gc.collect()
-    return {"samples": n, "seconds": wall, "sustained": n / wall, "worker_ms": 1000 * (w1 - w0) / n,
-            "main_ms": 1000 * (m1 - m0) / n, "locked": locked}
+    return {"samples": n, "seconds": wall, "sustained": n / wall, "gpu_waited": clock.waited / wall,
+            "worker_ms": 1000 * (w1 - w0) / n, "main_ms": 1000 * (m1 - m0) / n, "locked": locked}
 
 
 # ---------------------------------------------------------------- datasets and staging
@@ -311,18 +353,18 @@ def staged_deepcam(work: Path, n: int, distinct: int, height: int, width: int, l
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
-                   help="the lent GPU machine's short run: workers 1,2,4,8,14, 2 s per figure, 64 + 48 samples")
-    p.add_argument("--workers", help="loader worker counts (default 1,2; --quick 1,2,4,8,14)")
+                   help="the lent GPU machine's short run: workers 2,6,12,14, 2 s per figure")
+    p.add_argument("--workers", help="loader worker counts (default 1,2; --quick 2,6,12,14)")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"of {', '.join(FORMATS)} (default all)")
-    p.add_argument("--cosmoflow", type=int, help="CosmoFlow samples per epoch (default 48; --quick 64)")
-    p.add_argument("--deepcam", type=int, help="DeepCAM samples per epoch (default 32; --quick 48)")
+    p.add_argument("--cosmoflow", type=int, help="CosmoFlow sample files (default 64)")
+    p.add_argument("--deepcam", type=int, help="DeepCAM sample files (default 64)")
     p.add_argument("--batch", action="append", default=[],
                    help="BENCH=B,B..: local batches (default cosmoflow=1, deepcam=1,8: NVIDIA's)")
     p.add_argument("--rate", action="append", default=[],
                    help="BENCH=R: the consumer's samples/s (default NVIDIA's H100 rate at the batch)")
     p.add_argument("--step-rate", action="append", default=[],
                    help="BENCH=R: samples/s the kit's training step consumes on the GPU (measured there)")
-    p.add_argument("--seconds", type=float, help="timed seconds per figure, whole epochs (default 4; --quick 2)")
+    p.add_argument("--seconds", type=float, help="about this many seconds timed per figure, one epoch (default 4; --quick 2)")
     p.add_argument("--tiny", action="store_true", help="tiny samples (CosmoFlow 16^3, DeepCAM 32 x 48): the tests' "
                    "dry run, no figure of the reference sizes")
     p.add_argument("--today", action="store_true", help="also the path before issue 32 (float32 from the workers)")
@@ -330,7 +372,7 @@ def main() -> int:
     p.add_argument("--workdir", help="where the datasets go (default a new temporary directory, removed)")
     p.add_argument("--json", help="write every figure to this file")
     args = p.parse_args()
-    workers = int_list(args.workers or ("1,2,4,8,14" if args.quick else "1,2"), "--workers", 1)
+    workers = int_list(args.workers or ("2,6,12,14" if args.quick else "1,2"), "--workers", 1)
     formats = [f for f in args.formats.split(",") if f]
     if not formats or set(formats) - set(FORMATS):
         bad(f"--formats {args.formats!r}: a comma-separated list of {', '.join(FORMATS)}")
@@ -341,8 +383,8 @@ def main() -> int:
             bad(f"--batch {item!r}: expected cosmoflow=B,.. or deepcam=B,..")
         batches[key] = int_list(value, "--batch", 1)
     rates, step_rates = parse_pairs(args.rate, "--rate"), parse_pairs(args.step_rate, "--step-rate")
-    n_cosmo = args.cosmoflow or (64 if args.quick else 48)
-    n_cam = args.deepcam or (48 if args.quick else 32)
+    n_cosmo = args.cosmoflow or 64
+    n_cam = args.deepcam or 64
     seconds = args.seconds or (2.0 if args.quick else 4.0)
     for name, n, b in (("--cosmoflow", n_cosmo, max(batches["cosmoflow"])), ("--deepcam", n_cam, max(batches["deepcam"]))):
         if n < 2 * b:
@@ -383,10 +425,12 @@ def main() -> int:
         if "hdf5" in formats:
             cam, stats = staged_deepcam(work, n_cam, min(n_cam, 4), height, width, log)
             splits.update(cam)
-        log(f"# consumer: each batch takes batch / rate seconds once it is there; {seconds:g} s timed per figure "
-            "after a warm-up epoch; CPU ms per sample from /proc (workers) and getrusage (main process)")
+        log(f"# consumer: a GPU step of batch / rate seconds starts once its batch is there and the last step ended; "
+            f"one epoch of about {seconds:g} s timed per figure, after a warm-up epoch over the files; CPU ms per "
+            "sample from /proc (workers) and getrusage (main process)")
         log(f"{'benchmark':<10} {'format':<22} {'batch':>5} {'workers':>7} {'consumer':>8} {'sustained':>9} "
-            f"{'worker ms':>9} {'main ms':>7} {'per core':>8}  samples/s, CPU ms per sample")
+            f"{'GPU idle':>8} {'worker ms':>9} {'main ms':>7} {'per core':>8}  samples/s, % of the time, "
+            "CPU ms per sample")
         cfgs = {"cosmoflow": load_config("cosmoflow", "reference", [f"data.sample_size={size}"]),
                 "deepcam": load_config("deepcam", "reference", [f"data.height={height}", f"data.width={width}"])}
         for fmt in formats:
@@ -399,18 +443,19 @@ def main() -> int:
                         cfg = copy.deepcopy(cfgs[bench])
                         cfg["data"].update(batch_size=b, loader_workers=w)
                         if bench == "cosmoflow":
-                            def make(cfg=cfg, split=splits[fmt], raw=raw):
-                                return cdata.torch_loader(split, cfg, True, 0, device=device, device_transform=raw)
-                        else:
-                            def make(cfg=cfg, split=splits[fmt], raw=raw):
-                                return ddata.torch_loader(split, stats, cfg, True, 0, device=device,
+                            def make(sampler, cfg=cfg, split=splits[fmt], raw=raw):
+                                return cdata.torch_loader(split, cfg, True, 0, sampler, device=device,
                                                           device_transform=raw)
-                        r = measure(make, b, rate, device, cuda, seconds, cfg["data"]["prefetch"])
+                        else:
+                            def make(sampler, cfg=cfg, split=splits[fmt], raw=raw):
+                                return ddata.torch_loader(split, stats, cfg, True, 0, sampler, device=device,
+                                                          device_transform=raw)
+                        r = measure(make, len(splits[fmt]), b, w, rate, device, cuda, seconds, cfg["data"]["prefetch"])
                         r.update(bench=bench, fmt=fmt + suffix, batch=b, workers=w, consumer=rate, raw=raw)
                         rows.append(r)
                         per_core = 1000 / max(r["worker_ms"], 1e-6)
                         log(f"{bench:<10} {fmt + suffix:<22} {b:>5} {w:>7} {rate:>8.0f} {r['sustained']:>9.1f} "
-                            f"{r['worker_ms']:>9.1f} {r['main_ms']:>7.1f} {per_core:>8.1f}"
+                            f"{100 * r['gpu_waited']:>7.0f}% {r['worker_ms']:>9.1f} {r['main_ms']:>7.1f} {per_core:>8.1f}"
                             + ("" if r["locked"] else "  (buffer not page-locked: mlock refused)"))
         summary = summarise(rows, step_rates, log)
     except Exception as e:   # a figure missing is a failed bench, said in one line

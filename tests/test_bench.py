@@ -248,7 +248,7 @@ def test_feed_rate_prints_every_figure_without_tensorflow(tmp_path):
              ("deepcam", "hdf5", 8)]
     for bench, fmt, batch in cases:
         for variant in (fmt, f"{fmt} today"):
-            row = rf"{bench}\s+{variant}\s+{batch}\s+1\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}"
+            row = rf"{bench}\s+{variant}\s+{batch}\s+1\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}%\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}"
             assert sum(bool(re.fullmatch(row, line)) for line in lines) == 1, (row, proc.stdout)
         nvidia = {("cosmoflow", 1): 206, ("deepcam", 1): 30, ("deepcam", 8): 82}[(bench, batch)]
         summary = (rf"{bench}\s+{fmt}\s+batch {batch}: NVIDIA H100 {nvidia} samples/s needs {NUMBER} cores "
