@@ -83,6 +83,8 @@ def _coerce(old: Any, new: Any, dotted: str, source: str) -> Any:
             raise KitError(f"config key '{dotted}' in {source}: expected a list, got {new!r}")
         return new
     if isinstance(old, str):
+        if old == "auto" and isinstance(new, bool):   # an auto | true | false key
+            return new
         if not isinstance(new, str):
             raise KitError(f"config key '{dotted}' in {source}: expected a string, got {new!r}")
         return new

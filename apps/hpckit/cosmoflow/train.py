@@ -7,7 +7,6 @@ The MLPerf protocol itself lives in hpckit.common.run.
 
 from __future__ import annotations
 
-import functools
 import math
 import os
 import time
@@ -100,19 +99,29 @@ class TorchBackend:
 
     def __init__(self, cfg: dict, launched, out_dir: Path):
         import torch
+        from hpckit.common import step
         from hpckit.cosmoflow.model_torch import CosmoFlow
+        from hpckit.cosmoflow.optim_torch import KerasSGD
         torch.manual_seed(launched.seed)
         self.torch, self.cfg, self.seed = torch, cfg, launched.seed
         self.device, self.comm = launched.device, launched.comm
-        self.model = CosmoFlow(cfg).to(self.device)
+        self.model = CosmoFlow(cfg).to(self.device, memory_format=step.torch_memory_format(cfg, 3))
         self.params = [p for p in self.model.parameters()]
-        self.velocity = [torch.zeros_like(p) for p in self.params]
-        self.momentum = cfg["optimizer"]["momentum"]
-        self.autocast = functools.partial(precision.torch_autocast, cfg["train"]["precision"], self.device)
+        self.optimizer = KerasSGD(self.params, lr=0.0, momentum=cfg["optimizer"]["momentum"])
         # DDP wraps the module (gradients averaged in backward); Horovod broadcasts rank 0's
         # weights and averages after backward; one process: the module itself
         self.net = self.comm.wrap_model(self.model) if self.comm.kind in ("torch", "horovod") else self.model
+        self.step = step.TrainStep(
+            params=self.params, optimizer=self.optimizer, forward=self._forward, device=self.device,
+            precision_name=cfg["train"]["precision"], cuda_graph=cfg["train"]["cuda_graph"],
+            before_update=(lambda: self.comm.average_gradients(self.params)) if self.comm.kind == "horovod" else None)
+        self.prefetched = step.prefetched
         self.steps = 0
+
+    def _forward(self, x, y):
+        with self.step.autocast():
+            pred = self.net(x)
+        return self.torch.mean((pred.float() - y) ** 2) + self.model.l2_penalty(), None
 
     def loaders(self, splits):
         return (data.torch_loader(splits["train"].files, self.cfg, True, self.seed, splits["train"].sampler,
@@ -121,44 +130,32 @@ class TorchBackend:
                                   splits["validation"].sampler, device=self.device))
 
     def train_epoch(self, loader, split, lr: float) -> int:
-        torch = self.torch
+        """One epoch at learning rate `lr`; nothing read back to the host before its end
+        (common/step.py: a non-finite gradient ends the run there, naming its step)."""
         self.model.train()
+        for group in self.optimizer.param_groups:
+            group["lr"] = lr
         n = 0
-        for x, y in _diagnosed(loader, split, self.cfg):
-            x, y = data.to_device(x, y, self.device)
-            for p in self.params:
-                p.grad = None
-            with self.autocast():
-                pred = self.net(x)
-            loss = torch.mean((pred.float() - y) ** 2) + self.model.l2_penalty()
-            loss.backward()
-            if self.comm.kind == "horovod":
-                self.comm.average_gradients(self.params)
-            grads = [p.grad for p in self.params]
-            self.steps += 1
-            # averaged gradients: equal on every rank, so all stop at the same step
-            check_finite(float(torch.stack(torch._foreach_norm(grads)).norm()), self.steps, "the gradient norm")
-            with torch.no_grad():
-                # Keras SGD (the reference's optimizer): v = m v - lr g; w += v
-                torch._foreach_mul_(self.velocity, self.momentum)
-                torch._foreach_add_(self.velocity, grads, alpha=-lr)
-                torch._foreach_add_(self.params, self.velocity)
+        for x, y in self.prefetched(_diagnosed(loader, split, self.cfg), data.to_device, self.device):
+            self.step.step(x, y)
             n += x.shape[0]
+            self.steps += 1
+        self.step.check()
         return n
 
     def evaluate(self, loader, split) -> tuple[float, int]:
-        """(sum of absolute errors over this rank's samples and targets, samples)."""
+        """(sum of absolute errors over this rank's samples and targets, samples); summed
+        on the device, read once."""
         torch = self.torch
         self.model.eval()
-        total, n = 0.0, 0
+        total, n = torch.zeros((), dtype=torch.float64, device=self.device), 0
         with torch.no_grad():
-            for x, y in _diagnosed(loader, split, self.cfg):
-                x, y = data.to_device(x, y, self.device)
-                with self.autocast():
+            for x, y in self.prefetched(_diagnosed(loader, split, self.cfg), data.to_device, self.device):
+                with self.step.autocast():
                     pred = self.model(x)
-                total += torch.abs(pred.float() - y).sum().item()
+                total += torch.abs(pred.float() - y).sum().double()
                 n += x.shape[0]
-        return total, n
+        return float(total), n
 
     def fingerprint(self) -> float:
         return float(sum(p.detach().double().abs().sum().item() for p in self.params))
@@ -281,6 +278,15 @@ def train(args) -> int:
                              / ("tensorflow-native.log" if rank == 0 else f"tensorflow-native.rank{rank}.log"))
     launched = launch(args, args.framework, cfg)
     ranks, comm = launched.ranks, launched.comm
+    if args.framework == "pytorch":
+        from hpckit.common import step
+        step.resolve_options(cfg, launched.device, comm.kind == "none", cfg["optimizer"]["name"])
+    else:   # TensorFlow: Keras' channels_last layers (NDHWC) and its own graph (tf.function)
+        for key, fixed in (("memory_format", "channels_last"), ("cuda_graph", False)):
+            if str(cfg["train"][key]).lower() not in ("auto", str(fixed).lower()):
+                raise KitError(f"config key 'train.{key}': {cfg['train'][key]!r} is for the PyTorch back end; "
+                               f"the TensorFlow CosmoFlow runs {fixed} (use auto)")
+            cfg["train"][key] = fixed
     global_batch = cfg["data"]["batch_size"] * ranks.size
     if cfg["data"]["n_valid"] % ranks.size:
         raise KitError(f"config key 'data.n_valid': {cfg['data']['n_valid']} is not divisible by "

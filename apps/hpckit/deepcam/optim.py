@@ -71,6 +71,7 @@ from typing import Any, Iterable
 import torch
 
 from hpckit.common.config import require
+from hpckit.common.step import DeviceOptimizer
 
 OPTIMIZERS = ("Adam", "AdamW", "LAMB")
 SCHEDULES = ("multistep", "cosine_annealing")
@@ -233,7 +234,7 @@ def make_scheduler(optimizer: torch.optim.Optimizer, cfg_sched: dict,
 
 # ----------------------------------------------------------------------------- LAMB
 
-class LAMB(torch.optim.Optimizer):
+class LAMB(DeviceOptimizer):
     r"""LAMB (You et al., "Large Batch Optimization for Deep Learning: Training BERT in 76
     minutes", ICLR 2020, Algorithm 2) with the options of NVIDIA apex's FusedLAMB, which the
     DeepCAM reference uses (its defaults are the defaults here).
@@ -287,8 +288,6 @@ class LAMB(torch.optim.Optimizer):
     that step, and its bias correction then uses the group's count.
     """
 
-    _step_supports_amp_scaling = True
-
     def __init__(self, params, lr: float = 1e-3, bias_correction: bool = True,
                  betas: tuple[float, float] = (0.9, 0.999), eps: float = 1e-6,
                  weight_decay: float = 0.01, grad_averaging: bool = True,
@@ -308,7 +307,6 @@ class LAMB(torch.optim.Optimizer):
                         weight_decay=weight_decay, grad_averaging=bool(grad_averaging),
                         max_grad_norm=max_grad_norm)
         super().__init__(params, defaults)
-        self._lr: dict[int, torch.Tensor] = {}      # group index -> its learning rate on the device
 
     def _clip_divisor(self, grads: list[torch.Tensor]) -> torch.Tensor | None:
         max_norm = self.defaults["max_grad_norm"]
@@ -319,20 +317,6 @@ class LAMB(torch.optim.Optimizer):
                  else torch._foreach_norm(grads, 2, dtype=acc))
         total = torch.linalg.vector_norm(torch.stack(norms))
         return torch.clamp(total / max_norm, min=1.0)
-
-    def _lr_tensor(self, index: int, group: dict, device) -> torch.Tensor:
-        lr = self._lr.get(index)
-        if lr is None or lr.device != device:
-            lr = self._lr[index] = torch.zeros((), dtype=torch.float64, device=device)
-            lr.fill_(group["lr"])
-        return lr
-
-    def sync_lr(self) -> None:
-        """Copy every group's `lr` into the tensor the step reads (outside a CUDA graph
-        capture, before each replay; an eager step() does it itself)."""
-        for index, group in enumerate(self.param_groups):
-            if index in self._lr:
-                self._lr[index].fill_(group["lr"])
 
     @torch.no_grad()
     def step(self, closure=None, found_inf: torch.Tensor | None = None):
@@ -346,21 +330,11 @@ class LAMB(torch.optim.Optimizer):
             return loss
         if any(g.is_sparse for g in grads):
             raise RuntimeError("LAMB does not support sparse gradients")
-        device = grads[0].device
-        capturing = device.type == "cuda" and torch.cuda.is_current_stream_capturing()
-        if not capturing:
-            self.sync_lr()
-        scale = getattr(self, "grad_scale", None)          # GradScaler: grads still scaled
-        if scale is not None:
-            torch._foreach_div_(grads, scale.to(device=device, dtype=grads[0].dtype))
-        if found_inf is None:
-            found_inf = getattr(self, "found_inf", None)
-        ok = (torch.ones((), dtype=torch.bool, device=device) if found_inf is None
-              else found_inf.to(device) == 0)
+        ok = self.prepare(grads, found_inf)
         divisor = self._clip_divisor(grads)
         for index, group, params in groups:
             if params:
-                self._update(group, params, divisor, ok, self._lr_tensor(index, group, device))
+                self._update(group, params, divisor, ok, self.lr_tensor(index, group, grads[0].device))
         return loss
 
     def _update(self, group: dict, params: list, divisor, ok: torch.Tensor, lr: torch.Tensor) -> None:
@@ -428,10 +402,12 @@ def make_optimizer(params, cfg_opt: dict) -> torch.optim.Optimizer:
     """Adam / AdamW (torch.optim) or LAMB (above) from an `optimizer` config section."""
     c = check_optimizer_config(cfg_opt)
     common = dict(lr=c["lr"], betas=c["betas"], eps=c["eps"], weight_decay=c["weight_decay"])
+    # fused: the implementation that takes GradScaler's found_inf and skips on the device
+    # (common/step.py hands every optimizer the step's found_inf)
     if c["name"] == "Adam":
-        return torch.optim.Adam(params, **common)
+        return torch.optim.Adam(params, fused=True, **common)
     if c["name"] == "AdamW":
-        return torch.optim.AdamW(params, **common)
+        return torch.optim.AdamW(params, fused=True, **common)
     return LAMB(params, bias_correction=c["bias_correction"], grad_averaging=c["grad_averaging"],
                 max_grad_norm=c["max_grad_norm"], **common)
 

@@ -7,18 +7,17 @@ accumulation, evaluate mean IoU) -> run_stop. The MLPerf protocol lives in hpcki
 
 from __future__ import annotations
 
-import contextlib
 import time
 
 import torch
 
-from hpckit.common import precision
+from hpckit.common import step
 from hpckit.deepcam import optim
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
 from hpckit.common.mllog import C
-from hpckit.common.run import (LogStyle, MLPerfRun, Quality, check_finite, claim_output_dir, diagnosed,
-                               equal_train_split, launch)
+from hpckit.common.run import (LogStyle, MLPerfRun, Quality, claim_output_dir, diagnosed, equal_train_split,
+                               launch)
 from hpckit.deepcam import BENCHMARK, DESCRIPTOR, data
 from hpckit.deepcam.model import build_model, validate_model_config
 
@@ -92,7 +91,8 @@ class Trainer:
     def __init__(self, cfg: dict, launched):
         torch.manual_seed(launched.seed)
         self.cfg, self.device, self.comm = cfg, launched.device, launched.comm
-        self.model = build_model(cfg).to(self.device)
+        self.memory_format = step.torch_memory_format(cfg, 2)
+        self.model = build_model(cfg).to(self.device, memory_format=self.memory_format)
         # DDP averages gradients in backward (skipped with no_sync between accumulation
         # steps); Horovod broadcasts rank 0's state and averages before each step
         # batch-norm running statistics stay each rank's own during the epoch (DDP's
@@ -107,49 +107,53 @@ class Trainer:
         self.scheduler = optim.make_scheduler(self.optimizer, cfg["scheduler"])
         self.weights = class_weights(cfg).to(self.device)
         self.accumulate = cfg["train"]["gradient_accumulation_frequency"]
+        params = list(self.model.parameters())
+        self.step = step.TrainStep(
+            params=params, optimizer=self.optimizer, forward=self._forward, device=self.device,
+            precision_name=cfg["train"]["precision"], cuda_graph=cfg["train"]["cuda_graph"],
+            no_sync=self.net.no_sync if self.comm.kind == "torch" else None,
+            before_update=(lambda: self.comm.average_gradients(params)) if self.comm.kind == "horovod" else None)
         self.steps = 0                          # batches trained, the reference's step_num
         self.last_train = (float("nan"),) * 3   # (learning rate, loss, IoU) of the last epoch's end
 
-    def _forward_backward(self, x, y, step: bool):
-        sync = step or self.comm.kind != "torch"
-        with contextlib.nullcontext() if sync else self.net.no_sync():
-            with precision.torch_autocast(self.cfg["train"]["precision"], self.device):
-                logits = self.net(x)
-            loss = weighted_cross_entropy(logits.float(), y, self.weights) / self.accumulate
-            loss.backward()
-        return logits, loss
+    def _forward(self, x, y):
+        """(loss as back-propagated: / gradient_accumulation_frequency, logits)."""
+        with self.step.autocast():
+            logits = self.net(x)
+        return weighted_cross_entropy(logits.float(), y, self.weights) / self.accumulate, logits
+
+    def to_device(self, x, y, device):
+        return data.to_device(x, y, device, memory_format=self.memory_format)
 
     def train_epoch(self, batches) -> int:
         """One epoch; returns the samples trained. Keeps what the reference logs at the end
         of an epoch (mlcommons/hpc@2c627d4 deepcam/src/deepCam/driver/trainer.py:98-116, its
         default --logging_frequency 0): the learning rate of the last optimizer step, and
         the last batch's loss (as back-propagated: / gradient_accumulation_frequency) and
-        mean IoU, in self.last_train for train.py to average over the ranks and log."""
+        mean IoU, in self.last_train for train.py to average over the ranks and log. Nothing
+        is read back to the host before the epoch's end (common/step.py)."""
         self.model.train()
         n = 0
         lr = self.optimizer.param_groups[0]["lr"]
         logits = y = loss = None
-        self.optimizer.zero_grad(set_to_none=True)
-        for i, (x, y) in enumerate(batches, start=1):
-            x, y = data.to_device(x, y, self.device)
-            step = i % self.accumulate == 0
-            logits, loss = self._forward_backward(x, y, step)
-            if step:
-                if self.comm.kind == "horovod":
-                    self.comm.average_gradients(self.model.parameters())
+        for i, (x, y) in enumerate(step.prefetched(batches, self.to_device, self.device), start=1):
+            if self.accumulate == 1:
                 lr = self.optimizer.param_groups[0]["lr"]
-                # averaged gradients: equal on every rank, so all stop at the same step
-                grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-                check_finite(float(torch.stack(torch._foreach_norm(grads)).norm()), self.steps + 1,
-                             "the gradient norm")
-                self.optimizer.step()
+                loss, logits = self.step.step(x, y)
                 self.scheduler.step()
-                self.optimizer.zero_grad(set_to_none=True)
+            else:
+                last = i % self.accumulate == 0
+                if last:
+                    lr = self.optimizer.param_groups[0]["lr"]
+                loss, logits = self.step.accumulated(x, y, last)
+                if last:
+                    self.scheduler.step()
             n += x.shape[0]
             self.steps += 1
+        self.step.check()   # a non-finite gradient in this epoch ends the run here, naming its step
         if loss is not None:
             iou = iou_per_sample(predicted_classes(logits.detach()), y, self.cfg["model"]["n_classes"]).mean().item()
-            self.last_train = (lr, float(loss.detach()), iou)
+            self.last_train = (lr, float(loss), iou)
         return n
 
     def average_bn_stats(self) -> None:
@@ -161,19 +165,20 @@ class Trainer:
     def evaluate(self, batches) -> tuple[float, int, float, int]:
         """(sum of per-sample IoUs over this rank's samples, samples, sum of the batches'
         losses, batches): eval_loss is the mean batch loss over all ranks' batches, as the
-        reference's (driver/validation.py:57-84)."""
+        reference's (driver/validation.py:57-84). Summed on the device, read once."""
         self.model.eval()
-        total, n, loss, batches_seen = 0.0, 0, 0.0, 0
+        total = torch.zeros((), dtype=torch.float64, device=self.device)
+        loss = torch.zeros((), dtype=torch.float64, device=self.device)
+        n, batches_seen = 0, 0
         with torch.no_grad():
-            for x, y in batches:
-                x, y = data.to_device(x, y, self.device)
-                with precision.torch_autocast(self.cfg["train"]["precision"], self.device):
+            for x, y in step.prefetched(batches, self.to_device, self.device):
+                with self.step.autocast():
                     logits = self.model(x)
-                loss += weighted_cross_entropy(logits.float(), y, self.weights).item()
+                loss += weighted_cross_entropy(logits.float(), y, self.weights).double()
                 batches_seen += 1
-                total += iou_per_sample(predicted_classes(logits), y, self.cfg["model"]["n_classes"]).sum().item()
+                total += iou_per_sample(predicted_classes(logits), y, self.cfg["model"]["n_classes"]).sum()
                 n += x.shape[0]
-        return total, n, loss, batches_seen
+        return float(total), n, float(loss), batches_seen
 
     def fingerprint(self) -> float:
         """Weights and batch-norm statistics: both must be equal on every rank at the end."""
@@ -189,6 +194,7 @@ def train(args) -> int:
     claim_output_dir(args.output_dir, getattr(args, "instances", 1))
     launched = launch(args, "pytorch", cfg)
     ranks, comm = launched.ranks, launched.comm
+    step.resolve_options(cfg, launched.device, comm.kind == "none", cfg["optimizer"]["name"])
     if launched.seed <= 0:
         raise KitError(f"--seed {launched.seed}: the DeepCAM closed rules want a seed > 0")
     accumulate = cfg["train"]["gradient_accumulation_frequency"]
