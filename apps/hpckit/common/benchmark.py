@@ -1,7 +1,7 @@
 """Each benchmark's facts, in one descriptor per benchmark package (`DESCRIPTOR` in
-hpckit/cosmoflow/__init__.py and hpckit/deepcam/__init__.py): the MLPerf name, the quality
-metric and its direction, the official target and the config key holding the kit's, and the
-official rules the mini ruleset replaces. The CLI, the training's quality test, the log
+hpckit/<package>/__init__.py for each of PACKAGES): the MLPerf name, the quality metric and
+its direction, the official target and the config key holding the kit's, the official rules
+the mini ruleset replaces, and how to count the network's FLOPs. The CLI, the training's quality test, the log
 reader (score, package, report) and the compliance checker read them here, never from a
 copy of their own.
 """
@@ -10,8 +10,9 @@ from __future__ import annotations
 
 import importlib
 from dataclasses import dataclass
+from typing import Callable
 
-PACKAGES = ("cosmoflow", "deepcam")
+PACKAGES = ("cosmoflow", "deepcam", "oc20")
 
 
 @dataclass(frozen=True)
@@ -42,6 +43,9 @@ class Benchmark:
     official_target: float       # the closed division's quality target
     target_key: str              # the config key holding the kit's target (mini: a substitution)
     mini_rules: tuple[RuleSubstitution, ...]   # official rules the mini ruleset rewrites
+    # cfg -> (model, step): one training sample's forward + backward for the FLOP count
+    # (common/flops.py); the function imports the framework itself, so a descriptor stays light
+    flops_sample: Callable[[dict], tuple[object, Callable[[], object]]] | None = None
 
     @property
     def comparison(self) -> str:

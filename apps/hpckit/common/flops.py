@@ -8,9 +8,9 @@ backward for a 1.18 MFLOP forward; pytorch/pytorch PR 183405 proposes the fix). 
 Xception is full of depthwise convolutions: counted by torch, its full-size sample came to
 4,409 GFLOP; it is 1,964 with this formula. CosmoFlow (no groups): 192.1 GFLOP at 128^3.
 
-The count is of the architecture, the same for both frameworks (the TensorFlow CosmoFlow is
-the same layer list, cosmoflow/model_spec.py), so a TensorFlow run is counted on the
-PyTorch twin. Achieved FLOP/s = this x train samples per second; where the framework
+The count is of the architecture, the same for every framework (a benchmark's descriptor
+gives the PyTorch model and one sample's step, Benchmark.flops_sample; a TensorFlow run is
+counted on its PyTorch twin). Achieved FLOP/s = this x train samples per second; where the framework
 recomputes or fuses, the FLOPs it really executed differ, and the figure stays the model's.
 """
 
@@ -29,28 +29,19 @@ def conv_backward_flop(grad_out_shape, x_shape, w_shape, _bias, _stride, _paddin
     return forward * (bool(output_mask[0]) + bool(output_mask[1]))
 
 
-def _model_and_sample(benchmark: str, cfg: dict):
-    import torch
-    d = cfg["data"]
-    if benchmark == "cosmoflow":
-        from hpckit.cosmoflow.model_spec import N_CHANNELS
-        from hpckit.cosmoflow.model_torch import CosmoFlow
-        s = d["sample_size"]
-        return CosmoFlow(cfg), torch.empty(1, s, s, s, N_CHANNELS)
-    if benchmark == "deepcam":
-        from hpckit.deepcam.model import DeepCAM
-        return DeepCAM(cfg), torch.empty(1, cfg["model"]["n_input_channels"], d["height"], d["width"])
-    raise ValueError(f"no FLOP count for benchmark {benchmark!r}")
-
-
 def train_flops_per_sample(benchmark: str, cfg: dict) -> float:
-    """Forward + backward FLOPs of one sample of `cfg`'s network (no optimizer step)."""
+    """Forward + backward FLOPs of one sample of `cfg`'s network (no optimizer step): the
+    benchmark's descriptor builds the model and the step (Benchmark.flops_sample; the
+    convolutional networks on the meta device, OC20's graph network on one real sample)."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
-    with torch.device("meta"):
-        model, x = _model_and_sample(benchmark, cfg)
+    from hpckit.common.benchmark import descriptors
+    sample = descriptors()[benchmark].flops_sample
+    if sample is None:
+        raise ValueError(f"no FLOP count for benchmark {benchmark!r}")
+    _model, step = sample(cfg)
     counter = FlopCounterMode(display=False,
                               custom_mapping={torch.ops.aten.convolution_backward: conv_backward_flop})
     with counter:
-        model(x).float().sum().backward()
+        step()
     return float(counter.get_total_flops())

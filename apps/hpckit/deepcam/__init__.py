@@ -5,6 +5,18 @@ from hpckit.common.benchmark import Benchmark, RuleSubstitution
 
 BENCHMARK = "deepcam"
 
+
+def flops_sample(cfg: dict):
+    """(model, one sample's forward + backward) on the meta device, for common/flops.py."""
+    import torch
+    from hpckit.deepcam.model import DeepCAM
+    d = cfg["data"]
+    with torch.device("meta"):
+        model = DeepCAM(cfg)
+        x = torch.empty(1, cfg["model"]["n_input_channels"], d["height"], d["width"])
+    return model, lambda: model(x).float().sum().backward()
+
+
 # The official quality target: validation mean IoU >= 0.82 (the hpc rules' closed_deepcam.yaml);
 # the closed rules also fix the dataset's sample counts, which the mini ruleset replaces.
 DESCRIPTOR = Benchmark(
@@ -18,4 +30,5 @@ DESCRIPTOR = Benchmark(
                          "v['value'] == 121266", "121266", "data.n_train", int),
         RuleSubstitution(("closed_deepcam.yaml",), "eval_samples", "CHECK",
                          "v['value'] == 15158", "15158", "data.n_valid", int),
-    ))
+    ),
+    flops_sample=flops_sample)

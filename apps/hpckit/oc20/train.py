@@ -1,0 +1,253 @@
+"""OC20 training: the force loss, forces MAE, the PyTorch loop, and the run from data to verdict.
+
+Reads top to bottom: config -> LMDB files -> cache clear -> init (model, AdamW, warm-up and
+step schedule) -> run_start -> staging -> loaders -> epochs (train, evaluate forces MAE on
+the validation split) -> run_stop. The MLPerf protocol lives in hpckit.common.run.
+
+As the reference's MLPerfForcesTrainer (mlcommons/hpc@2c627d4
+open_catalyst/ocpmodels/trainers/mlperf_forces_trainer.py), run as its run scripts run it,
+under torch.distributed (scripts/run_training.sh: main.py --distributed):
+  * loss (:609-691, base_trainer.py:321-337, modules/loss.py:21-40 DDPLoss):
+    force_coefficient x L1 of the forces on free atoms, targets normalised by
+    grad_target_std; DDPLoss makes it the sum of |error| over the free atoms' components x
+    world size / the free atoms of all ranks (DDP then averages: the mean per free atom over
+    the global batch); energy_coefficient x the same on the normalised energies (0 in the
+    closed config: force-only training);
+  * optimizer: AdamW(lr_initial) with torch's defaults (base_trainer.py:371-375), one
+    LambdaLR step per training step (:567) of utils.py:66-87 warmup_lr_lambda: linear from
+    warmup_factor to 1 over warmup_steps, then x lr_gamma at each milestone;
+  * evaluation every epoch on the validation split (:522-559): forces MAE over the free
+    atoms' components in eV/A (denormalised, evaluator.py:271-277 totals summed over ranks),
+    logged as eval_error; the run stops at the target.
+"""
+
+from __future__ import annotations
+
+import bisect
+import time
+
+import torch
+
+from hpckit.common import precision
+from hpckit.common.config import load_config, require
+from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
+from hpckit.common.mllog import C
+from hpckit.common.run import (LogStyle, MLPerfRun, Quality, check_finite, claim_output_dir, diagnosed,
+                               equal_train_split, launch)
+from hpckit.oc20 import BENCHMARK, DESCRIPTOR, data
+from hpckit.oc20.model import build_model, validate_model_config
+
+# the reference's event order (mlperf_forces_trainer.py:385-424): cache_clear before
+# init_start; eval_error after eval_stop (:532-537). The kit's run protocol puts the metric
+# either inside the evaluation or after epoch_stop: after, the nearer (the reference logs it
+# between eval_stop and epoch_stop; docs/differences-from-reference.md)
+LOG_STYLE = LogStyle(cache_clear_first=True, metric_in_eval=False)
+
+
+def validate_config(cfg: dict) -> None:
+    d, t, o = cfg["data"], cfg["train"], cfg["optimizer"]
+    for key in ("n_train", "n_valid", "batch_size", "eval_batch_size", "prefetch"):
+        require(isinstance(d[key], int) and not isinstance(d[key], bool) and d[key] >= 1, f"data.{key}",
+                f"must be an integer >= 1 (got {d[key]!r})")
+    require(isinstance(d["loader_workers"], int) and d["loader_workers"] >= 0, "data.loader_workers", "must be >= 0")
+    for key in ("target_std", "grad_target_std"):
+        require(isinstance(d[key], (int, float)) and d[key] > 0, f"data.{key}", f"must be > 0 (got {d[key]!r})")
+    require(t["n_epochs"] >= 1, "train.n_epochs", "must be >= 1")
+    require(isinstance(t["target_mae"], (int, float)) and t["target_mae"] > 0, "train.target_mae",
+            f"must be a forces MAE > 0 in eV/A (got {t['target_mae']!r})")
+    for key in ("energy_coefficient", "force_coefficient"):
+        require(isinstance(t[key], (int, float)) and t[key] >= 0, f"train.{key}", f"must be >= 0 (got {t[key]!r})")
+    require(t["energy_coefficient"] + t["force_coefficient"] > 0, "train.force_coefficient",
+            "the energy and force coefficients are both 0: nothing to train")
+    require(o["name"] == "AdamW", "optimizer.name", f"the reference trains with AdamW (got {o['name']!r})")
+    require(isinstance(o["lr"], (int, float)) and o["lr"] >= 0, "optimizer.lr", f"must be >= 0 (got {o['lr']!r})")
+    require(isinstance(o["warmup_steps"], int) and o["warmup_steps"] >= 0, "optimizer.warmup_steps",
+            f"must be an integer >= 0 (got {o['warmup_steps']!r})")
+    require(0 <= o["warmup_factor"] <= 1, "optimizer.warmup_factor", f"must be in [0, 1] (got {o['warmup_factor']!r})")
+    ms = o["lr_milestones"]
+    require(isinstance(ms, list) and all(isinstance(m, int) and m > 0 for m in ms) and ms == sorted(ms),
+            "optimizer.lr_milestones", f"must be ascending step numbers (got {ms!r})")
+    require(0 < o["lr_gamma"] <= 1, "optimizer.lr_gamma", f"must be in (0, 1] (got {o['lr_gamma']!r})")
+    require(isinstance(o["betas"], list) and len(o["betas"]) == 2 and all(0 <= b < 1 for b in o["betas"]),
+            "optimizer.betas", f"must be two numbers in [0, 1) (got {o['betas']!r})")
+    validate_model_config(cfg)
+
+
+def lr_factor(step: int, o: dict) -> float:
+    """warmup_lr_lambda (utils.py:82-87): the factor of the base learning rate after `step`
+    scheduler steps."""
+    if step <= o["warmup_steps"]:
+        alpha = step / float(o["warmup_steps"]) if o["warmup_steps"] else 1.0
+        return o["warmup_factor"] * (1.0 - alpha) + alpha
+    return o["lr_gamma"] ** bisect.bisect(o["lr_milestones"], step)
+
+
+def hyperparameters(cfg: dict, global_batch: int) -> list[tuple[str, object]]:
+    """The reference's keys in its order (mlperf_forces_trainer.py:406-420)."""
+    o = cfg["optimizer"]
+    return [
+        (C.GLOBAL_BATCH_SIZE, global_batch),
+        (C.TRAIN_SAMPLES, cfg["data"]["n_train"]),
+        (C.EVAL_SAMPLES, cfg["data"]["n_valid"]),
+        (C.OPT_NAME, o["name"]),
+        (C.OPT_BASE_LR, o["lr"]),
+        (C.OPT_LR_WARMUP_STEPS, o["warmup_steps"]),
+        (C.OPT_LR_WARMUP_FACTOR, o["warmup_factor"]),
+        (C.OPT_LR_DECAY_BOUNDARY_STEPS, o["lr_milestones"]),
+        (C.OPT_LR_DECAY_FACTOR, o["lr_gamma"]),
+    ]
+
+
+def force_loss_terms(forces, batch, cfg: dict):
+    """(sum of |error| of the normalised forces over the loss atoms' components, number of
+    loss atoms) of one batch: the parts of DDPLoss(L1Loss) (modules/loss.py:29-38)."""
+    d, t = cfg["data"], cfg["train"]
+    target = batch["force"]
+    if d["normalize_labels"]:
+        target = (target - d["grad_target_mean"]) / d["grad_target_std"]
+    if t["train_on_free_atoms"]:
+        mask = batch["fixed"] == 0
+        forces, target = forces[mask], target[mask]
+    return (forces.float() - target).abs().sum(), forces.shape[0]
+
+
+def energy_loss_terms(energy, batch, cfg: dict):
+    d = cfg["data"]
+    target = batch["y"]
+    if d["normalize_labels"]:
+        target = (target - d["target_mean"]) / d["target_std"]
+    return (energy.float() - target).abs().sum(), energy.shape[0]
+
+
+def forces_error(forces, batch, cfg: dict) -> tuple[float, int]:
+    """(sum of |F_pred - F| in eV/A over the evaluated atoms' components, their number)
+    (_compute_metrics :693-735 with evaluator.absolute_error)."""
+    d, t = cfg["data"], cfg["train"]
+    pred = forces.float()
+    if d["normalize_labels"]:
+        pred = pred * d["grad_target_std"] + d["grad_target_mean"]
+    target = batch["force"]
+    if t["eval_on_free_atoms"]:
+        mask = batch["fixed"] == 0
+        pred, target = pred[mask], target[mask]
+    return float((pred - target).abs().sum()), int(pred.numel())
+
+
+class Trainer:
+    def __init__(self, cfg: dict, launched):
+        torch.manual_seed(launched.seed)
+        self.cfg, self.device, self.comm = cfg, launched.device, launched.comm
+        self.size = launched.ranks.size
+        self.model = build_model(cfg).to(self.device)
+        self.net = self.comm.wrap_model(self.model) if self.comm.kind in ("torch", "horovod") else self.model
+        o = cfg["optimizer"]
+        self.optimizer = torch.optim.AdamW(self.model.parameters(), lr=o["lr"], betas=tuple(o["betas"]), eps=o["eps"],
+                                           weight_decay=o["weight_decay"])
+        self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: lr_factor(step, o))
+        self.scaler = precision.grad_scaler(cfg["train"]["precision"], self.device)
+        self.steps = 0
+
+    def loss(self, energy, forces, batch):
+        t = self.cfg["train"]
+        terms = []
+        if t["force_coefficient"]:
+            terms.append((t["force_coefficient"], *force_loss_terms(forces, batch, self.cfg)))
+        if t["energy_coefficient"]:
+            terms.append((t["energy_coefficient"], *energy_loss_terms(energy, batch, self.cfg)))
+        # the reference all-reduces each term's element count every step (DDPLoss)
+        counts = self.comm.allreduce_sum([float(n) for _, _, n in terms]) if self.size > 1 else \
+            [float(n) for _, _, n in terms]
+        return sum(coef * total * self.size / max(count, 1.0) for (coef, total, _), count in zip(terms, counts))
+
+    def train_epoch(self, batches) -> int:
+        self.model.train()
+        n = 0
+        for batch in batches:
+            batch = data.to_device(batch, self.device)
+            with precision.torch_autocast(self.cfg["train"]["precision"], self.device):
+                energy, forces = self.net(batch)
+            loss = self.loss(energy, forces, batch)
+            self.optimizer.zero_grad(set_to_none=True)
+            if self.scaler is not None:
+                self.scaler.scale(loss).backward()
+                self.scaler.unscale_(self.optimizer)
+            else:
+                loss.backward()
+            if self.comm.kind == "horovod":
+                self.comm.average_gradients(self.model.parameters())
+            grads = [p.grad for p in self.model.parameters() if p.grad is not None]
+            check_finite(float(torch.stack(torch._foreach_norm(grads)).norm()), self.steps + 1, "the gradient norm")
+            if self.scaler is not None:
+                self.scaler.step(self.optimizer)
+                self.scaler.update()
+            else:
+                self.optimizer.step()
+            self.scheduler.step()
+            n += int(batch["natoms"].numel())
+            self.steps += 1
+        return n
+
+    def evaluate(self, batches) -> tuple[float, int, int]:
+        """(sum of absolute force errors, components, samples) of this rank's share."""
+        self.model.eval()
+        total, count, samples = 0.0, 0, 0
+        for batch in batches:
+            batch = data.to_device(batch, self.device)
+            with precision.torch_autocast(self.cfg["train"]["precision"], self.device):
+                _, forces = self.model(batch)
+            err, k = forces_error(forces.detach(), batch, self.cfg)
+            total, count, samples = total + err, count + k, samples + int(batch["natoms"].numel())
+        return total, count, samples
+
+    def fingerprint(self) -> float:
+        return float(sum(p.detach().double().abs().sum().item() for p in self.model.parameters()))
+
+
+def train(args) -> int:
+    if args.framework not in ("auto", "pytorch"):
+        raise KitError(f"--framework {args.framework}: OC20 is implemented in PyTorch, as the reference")
+    cfg = load_config(BENCHMARK, args.config, args.overrides)
+    validate_config(cfg)
+    claim_output_dir(args.output_dir, getattr(args, "instances", 1))
+    launched = launch(args, "pytorch", cfg)
+    ranks, comm = launched.ranks, launched.comm
+    global_batch = cfg["data"]["batch_size"] * ranks.size
+    files = data.find_dataset(args.data, cfg["data"]["n_train"], cfg["data"]["n_valid"],
+                              need_graph=not cfg["model"]["otf_graph"])
+    unit = cfg["data"]["batch_size"]
+    files["train"], per_rank, dropped = equal_train_split(files["train"], ranks, unit)
+    quality = Quality.of(DESCRIPTOR, cfg)
+
+    with MLPerfRun(benchmark=BENCHMARK, framework="pytorch", cfg=cfg, launched=launched,
+                   out_dir=args.output_dir, quality=quality, global_batch=global_batch,
+                   style=LOG_STYLE) as run:
+        run.init_start(hyperparameters(cfg, global_batch), [p for split in files.values() for p in split.files])
+        trainer = Trainer(cfg, launched)
+        run.start_run()
+
+        reading = run.stage_and_shard(files, per_rank, dropped, unit, launched.stage_dir, cfg["data"]["shuffle"])
+        loaders = {name: data.torch_loader(r.files, cfg, name == "train", launched.seed, r.sampler)
+                   for name, r in reading.items()}
+
+        def batches(name):
+            split = reading[name].files
+            where = str(split.files[0].parent) if split.files else name
+            return diagnosed(loaders[name], lambda: data.find_bad_record(split), where)
+
+        def train_epoch(epoch: int) -> tuple[int, float]:
+            t0 = time.perf_counter()
+            n = trainer.train_epoch(run.limited(batches("train")))
+            n, = comm.allreduce_sum([n])
+            return int(n), time.perf_counter() - t0
+
+        def evaluate():
+            t0 = time.perf_counter()
+            total, count, samples = comm.allreduce_sum(list(trainer.evaluate(batches("validation"))))
+            mae = total / count if count else float("nan")
+            return mae, int(samples), time.perf_counter() - t0
+
+        run.epochs(cfg["train"]["n_epochs"], train_epoch, evaluate)
+        run.check_replicas(trainer.fingerprint())
+    if ranks.is_root:
+        print(run.verdict())
+    return 0 if run.status == "success" else EXIT_NOT_CONVERGED
