@@ -39,7 +39,7 @@ CUDA = "docker.io/nvidia/cuda:12.8.1-cudnn-devel-ubuntu24.04"
 # (and without an index)
 BUILD_PINS = ("setuptools==84.2.1",)
 # the kit's runtime dependencies, by their names in requirements/cpu.txt
-COMMON = ("numpy", "PyYAML", "mlperf-logging", "crc32c", "h5py")
+COMMON = ("numpy", "PyYAML", "mlperf-logging", "crc32c", "h5py", "lmdb")
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 TORCH_CU128_INDEX = "https://download.pytorch.org/whl/cu128"
 

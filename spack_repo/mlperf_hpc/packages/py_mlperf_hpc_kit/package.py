@@ -47,6 +47,8 @@ class PyMlperfHpcKit(PythonPackage):
     depends_on("py-crc32c@2.4:", type=("build", "run"))
     # DeepCAM's HDF5 data (hpckit.deepcam)
     depends_on("py-h5py", type=("build", "run"))
+    # OC20's LMDB data (hpckit.oc20)
+    depends_on("py-lmdb", type=("build", "run"))
     # tcmalloc, which `hpckit train` preloads (hpckit/common/memory.py)
     depends_on("gperftools", type="run")
 
