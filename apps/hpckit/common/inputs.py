@@ -66,6 +66,12 @@ def read_bytes(path: str | os.PathLike, what: str, limit: int = MAX_INPUT_BYTES)
         os.close(fd)
 
 
+def absent(path: str | os.PathLike) -> str:
+    """Why a path that is neither a file nor a directory cannot be read, in words."""
+    return ("not a regular file (a FIFO, socket or device is never read)" if os.path.lexists(path)
+            and not os.path.islink(path) else "no such file or directory")
+
+
 def read_head(path: str | os.PathLike, n: int) -> bytes | None:
     """The first `n` bytes of a regular file, None for anything else or an error (a probe:
     'is this an MLPerf log?')."""

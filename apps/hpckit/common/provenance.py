@@ -173,7 +173,9 @@ def head_commit(root: Path) -> tuple[str | None, str | None]:
     gitdir = _git_dir(root / ".git")
     if gitdir is None or _read(gitdir / "HEAD") is None:
         return None, "the repository's HEAD is missing or not a regular file; commit unknown"
-    head = _run(["git", "-C", str(root), "rev-parse", "HEAD"])
+    odd = [n for n in ("commondir", "packed-refs") if os.path.lexists(gitdir / n) and _read(gitdir / n, 1) is None]
+    # git would wait on a FIFO there (until the timeout): the files are read directly instead
+    head = None if odd else _run(["git", "-C", str(root), "rev-parse", "HEAD"])
     if head and re.fullmatch(r"[0-9a-f]{40}", head.strip()):
         return head.strip(), None
     commit = _head_from_files(root / ".git")

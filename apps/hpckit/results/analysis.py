@@ -315,7 +315,8 @@ def gather(args_paths: list[str], origin: str, seen: set) -> tuple[list[dict], d
     what = "run" if origin == "site" else "--published"
     for arg in map(Path, args_paths):
         if not arg.exists():
-            raise KitError(f"{what} {arg}: no such file or directory")
+            from hpckit.common.inputs import absent
+            raise KitError(f"{what} {arg}: {absent(arg)}")
     sets, _ = score_sets(args_paths, fallback="strong")   # a kit campaign stays a weak set
     facts = {}
     for s in sets:

@@ -113,7 +113,7 @@ def resolve_site(site: str) -> Path:
     if _NAME_RE.match(site):
         candidates.append(profiles_root() / site / "system.yaml")
     for c in candidates:
-        if c.is_file():
+        if c.is_file() or (os.path.lexists(c) and not c.is_dir()):   # the reader names what is odd about it
             return c
     if path.is_dir() or (profiles_root() / site).is_dir():
         where = path if path.is_dir() else profiles_root() / site
@@ -216,7 +216,8 @@ def collect_runs(args_runs: list[str]) -> list[tuple[Path, object]]:
     seen = set()
     for arg in map(Path, args_runs):
         if not arg.exists():
-            raise KitError(f"run {arg}: no such file or directory")
+            from hpckit.common.inputs import absent
+            raise KitError(f"run {arg}: {absent(arg)}")
         if arg.resolve() in seen:
             raise KitError(f"run {arg}: given twice")
         seen.add(arg.resolve())

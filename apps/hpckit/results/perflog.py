@@ -27,7 +27,8 @@ def perflog_files(args_paths: list[str], option: str = "--perflog") -> list[Path
                 raise KitError(f"{option} {arg}: no *.log files")
             files += found
         else:
-            raise KitError(f"{option} {arg}: no such file or directory")
+            from hpckit.common.inputs import absent
+            raise KitError(f"{option} {arg}: {absent(arg)}")
     return files
 
 

@@ -175,7 +175,8 @@ def find_sets(paths: list[str | Path], scaling: str | None = None,
             loose.append(arg)
             continue
         if not arg.is_dir():
-            raise KitError(f"{arg}: no such file or directory")
+            from hpckit.common.inputs import absent
+            raise KitError(f"{arg}: {absent(arg)}")
         laid_out, found = [], []
         for d, sub in _walk(arg):
             where = _layout(d)
