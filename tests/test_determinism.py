@@ -34,10 +34,10 @@ def curve(out):
     return config, [(e["key"], e["metadata"].get("epoch_num"), e["value"]) for e in events if e["key"] in EVAL_KEYS]
 
 
-def train(datasets, out, benchmark, framework, seed):
+def train(datasets, out, benchmark, framework, seed, *more):
     data, extra = (datasets / "cf", CF) if benchmark == "cosmoflow" else (datasets / "dc", DC)
     proc = run_hpckit("train", benchmark, "--data", data, "--output-dir", out, "--framework", framework,
-                      "--seed", seed, "--deterministic", *extra, timeout=600)
+                      "--seed", seed, "--deterministic", *extra, *more, timeout=600)
     assert proc.returncode in (0, 3), proc.stderr[-3000:]
     return curve(out)
 
@@ -52,6 +52,11 @@ def test_same_seed_same_curve(datasets, tmp_path, benchmark, framework):
     if framework == "pytorch" and benchmark == "cosmoflow":
         _, other = train(datasets, tmp_path / "c", benchmark, framework, 12)
         assert other != first, "another seed gave the same curve: the comparison cannot tell runs apart"
+        # the kit's own max-pooling backward (what --deterministic runs on CUDA before torch 2.13)
+        # trains the same curve as torch's, and the run logs which one ran
+        assert config["model.max_pool"] == "native"        # auto on a CPU
+        config, pooled = train(datasets, tmp_path / "d", benchmark, framework, 11, "--set", "model.max_pool=deterministic")
+        assert config["model.max_pool"] == "deterministic" and pooled == first
 
 
 def test_off_by_default_and_logged(datasets, tmp_path):

@@ -277,6 +277,8 @@ def test_a_refusal_comes_before_staging(tmp_path):
     lines = proc.stderr.strip().splitlines()
     assert len(lines) == 1 and "model.max_pool" in lines[0], proc.stderr
     assert not (tmp_path / "out" / "mlperf.log").exists() and not (tmp_path / "stage").exists()
+    proc = run_hpckit("describe", "cosmoflow", "--set", "model.max_pool=fast")
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and "model.max_pool" in proc.stderr
 
 
 # ---------------------------------------------------------------- the kit's pooling
