@@ -12,12 +12,14 @@ before, a `batch` vector, and per graph its number of edges.
 
 from __future__ import annotations
 
-import bisect
 import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import numpy as np
+
 from hpckit.common.errors import KitError
+from hpckit.oc20 import records
 from hpckit.oc20.records import LmdbFile
 
 SPLITS = ("train", "validation")
@@ -25,47 +27,36 @@ SPLITS = ("train", "validation")
 
 @dataclass
 class LmdbSplit:
-    """The LMDB files of one split and how many records of each are used (a prefix of the
-    split), sharded by file (a node stages whole files)."""
+    """Records of one split: the LMDB files and, per record, its file and key (a prefix of
+    the split, in the reference's order). Shards are by record (rank::size of them, as the
+    reference's DistributedSampler deals them out), so every node's share is the same size
+    whatever the number and sizes of the files; a node stages its share as an LMDB of its
+    own (stage_share)."""
     split: str
     files: list[Path]
-    counts: list[int]
+    file_of: np.ndarray          # int32 (records,): index into files
+    key_of: np.ndarray           # int64 (records,): the record's key in its file
     need_graph: bool = True
     _handles: dict = field(default_factory=dict, repr=False, compare=False)
 
     def __len__(self) -> int:
-        return sum(self.counts)
+        return int(self.key_of.shape[0])
 
     def all_paths(self) -> list[Path]:
-        return list(self.files)
+        return [self.files[i] for i in np.unique(self.file_of)]
+
+    def subset(self, indices) -> "LmdbSplit":
+        idx = np.asarray(indices, dtype=np.int64)
+        return LmdbSplit(self.split, self.files, self.file_of[idx], self.key_of[idx], self.need_graph)
 
     def shard(self, rank: int, size: int) -> "LmdbSplit":
         if size < 1 or not 0 <= rank < size:
             raise ValueError(f"bad shard {rank} of {size}")
-        idx = range(rank, len(self.files), size)
-        return LmdbSplit(self.split, [self.files[i] for i in idx], [self.counts[i] for i in idx], self.need_graph)
+        return self.subset(np.arange(rank, len(self), size))
 
     def relocated(self, new_dir: Path) -> "LmdbSplit":
-        return LmdbSplit(self.split, [Path(new_dir) / f.name for f in self.files], list(self.counts),
+        return LmdbSplit(self.split, [Path(new_dir) / f.name for f in self.files], self.file_of, self.key_of,
                          self.need_graph)
-
-    def locate(self, index: int) -> tuple[int, int]:
-        """(file number, key) of record `index` of the split (bisect over the cumulative
-        counts, trajectory_lmdb.py:61-68)."""
-        if not 0 <= index < len(self):
-            raise IndexError(index)
-        cumulative = self._cumulative()
-        f = bisect.bisect(cumulative, index)
-        return f, index - (cumulative[f - 1] if f else 0)
-
-    def _cumulative(self) -> list[int]:
-        if "cum" not in self._handles:
-            total, cum = 0, []
-            for c in self.counts:
-                total += c
-                cum.append(total)
-            self._handles["cum"] = cum
-        return self._handles["cum"]
 
     def handle(self, f: int) -> LmdbFile:
         key = ("file", f)
@@ -73,14 +64,35 @@ class LmdbSplit:
             self._handles[key] = LmdbFile(self.files[f])
         return self._handles[key]
 
+    def raw(self, index: int) -> bytes:
+        return self.handle(int(self.file_of[index])).raw(int(self.key_of[index]))
+
     def read(self, index: int) -> dict:
-        f, key = self.locate(index)
-        return self.handle(f).read(key, self.need_graph)
+        return self.handle(int(self.file_of[index])).read(int(self.key_of[index]), self.need_graph)
 
     def __getstate__(self):
         state = dict(self.__dict__)
         state["_handles"] = {}
         return state
+
+
+STAGED_FILE = records.FILE_PATTERN % 0
+
+
+def stage_share(split: LmdbSplit, dest: Path) -> int:
+    """Staging (common/run.py StageAs): this node's records copied, bytes unchanged, into
+    one new LMDB dest/data.0000.lmdb, keys 0..n-1 and "length" (the reference's layout);
+    returns its size. Read once from the shared file system, only what the node trains on."""
+    dest = Path(dest)
+    dest.mkdir(parents=True, exist_ok=False)
+    return records.write_lmdb(dest / STAGED_FILE, (split.raw(i) for i in range(len(split))))
+
+
+def staged(split: LmdbSplit, dest: Path) -> LmdbSplit:
+    """The split every rank of the node reads after stage_share (names only)."""
+    n = len(split)
+    return LmdbSplit(split.split, [Path(dest) / STAGED_FILE], np.zeros(n, np.int32), np.arange(n, dtype=np.int64),
+                     split.need_graph)
 
 
 def find_split(root: Path, split: str, n_samples: int, config_key: str, need_graph: bool) -> LmdbSplit:
@@ -91,7 +103,7 @@ def find_split(root: Path, split: str, n_samples: int, config_key: str, need_gra
     files = sorted(p for p in d.iterdir() if p.name.endswith(".lmdb"))
     if not files:
         raise KitError(f"{d}: empty split folder (no *.lmdb files)")
-    counts, total = [], 0
+    file_of, key_of, total = [], [], 0
     for p in files:
         if not p.is_file():
             raise KitError(f"{p}: not a regular file (the reference's LMDBs are single files, subdir=False)")
@@ -103,11 +115,12 @@ def find_split(root: Path, split: str, n_samples: int, config_key: str, need_gra
         take = min(n, n_samples - total)
         if take <= 0:
             break
-        counts.append(take)
+        file_of.append(np.full(take, len(file_of), np.int32))
+        key_of.append(np.arange(take, dtype=np.int64))
         total += take
     if total < n_samples:
         raise KitError(f"{d}: holds {total} records but config key '{config_key}' asks for {n_samples}")
-    return LmdbSplit(split, files[:len(counts)], counts, need_graph)
+    return LmdbSplit(split, files[:len(file_of)], np.concatenate(file_of), np.concatenate(key_of), need_graph)
 
 
 def find_dataset(root: str | os.PathLike, n_train: int, n_valid: int, need_graph: bool = True) -> dict[str, LmdbSplit]:

@@ -115,18 +115,21 @@ def dumps_record(fields: dict) -> bytes:
     return buf.getvalue()
 
 
-def write_lmdb(path: Path, records: list[bytes]) -> int:
+def write_lmdb(path: Path, records) -> int:
     """One data.NNNN.lmdb: keys "0".."N-1" and "length" (preprocess_ef.py:58-70). The file
-    must not exist (the caller writes into a directory it created). Returns its size."""
+    must not exist (the caller writes into a directory it created); `records` an iterable
+    of pickled records, written as they come. Returns the file's size."""
     import lmdb
     if path.exists():
         raise KitError(f"{path}: exists; datagen writes only into a new directory")
     env = lmdb.open(str(path), map_size=MAP_SIZE, subdir=False, meminit=False, map_async=True)
     try:
         with env.begin(write=True) as txn:
-            for i, rec in enumerate(records):
-                txn.put(f"{i}".encode("ascii"), rec)
-            txn.put(LENGTH_KEY, pickle.dumps(len(records), protocol=-1))
+            n = 0
+            for rec in records:
+                txn.put(f"{n}".encode("ascii"), rec)
+                n += 1
+            txn.put(LENGTH_KEY, pickle.dumps(n, protocol=-1))
         env.sync()
     finally:
         env.close()
@@ -256,29 +259,27 @@ def check_fields(fields: dict, where: str, need_graph: bool = True) -> dict:
     return fields
 
 
+_ENVS: dict[tuple[int, str], object] = {}   # (pid, path) -> open environment: py-lmdb opens a file once per process
+
+
 class LmdbFile:
-    """One data.NNNN.lmdb, opened read-only as the reference opens it; reopened in each
-    process that reads it (an LMDB environment must not cross a fork)."""
+    """One data.NNNN.lmdb, opened read-only as the reference opens it, once per process
+    (an LMDB environment must not cross a fork, nor be opened twice in one process)."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
-        self._env = None
-        self._pid = None
 
     def env(self):
         import os
         import lmdb
-        if self._env is None or self._pid != os.getpid():
+        key = (os.getpid(), str(self.path.resolve()))
+        if key not in _ENVS:
             try:
-                self._env = lmdb.open(str(self.path), subdir=False, readonly=True, lock=False, readahead=False,
-                                      meminit=False, max_readers=1)
+                _ENVS[key] = lmdb.open(str(self.path), subdir=False, readonly=True, lock=False, readahead=False,
+                                       meminit=False, max_readers=1)
             except lmdb.Error as e:
                 raise KitError(f"{self.path}: not a readable LMDB file ({str(e).splitlines()[0]})") from None
-            self._pid = os.getpid()
-        return self._env
-
-    def __getstate__(self):
-        return {"path": self.path, "_env": None, "_pid": None}
+        return _ENVS[key]
 
     def length(self) -> int:
         import lmdb
@@ -320,6 +321,7 @@ class LmdbFile:
         return check_fields(fields, where, need_graph)
 
     def close(self):
-        if self._env is not None:
-            self._env.close()
-            self._env = None
+        import os
+        env = _ENVS.pop((os.getpid(), str(self.path.resolve())), None)
+        if env is not None:
+            env.close()

@@ -32,7 +32,7 @@ from hpckit.common import precision
 from hpckit.common.config import load_config, require
 from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
 from hpckit.common.mllog import C
-from hpckit.common.run import (LogStyle, MLPerfRun, Quality, check_finite, claim_output_dir, diagnosed,
+from hpckit.common.run import (LogStyle, MLPerfRun, Quality, StageAs, check_finite, claim_output_dir, diagnosed,
                                equal_train_split, launch)
 from hpckit.oc20 import BENCHMARK, DESCRIPTOR, data
 from hpckit.oc20.model import build_model, validate_model_config
@@ -225,7 +225,11 @@ def train(args) -> int:
         trainer = Trainer(cfg, launched)
         run.start_run()
 
-        reading = run.stage_and_shard(files, per_rank, dropped, unit, launched.stage_dir, cfg["data"]["shuffle"])
+        # a node stages its share of the records (every nodes-th) as an LMDB of its own
+        stage_as = StageAs(write=data.stage_share, relocate=data.staged,
+                           written_as="the node's records, one LMDB (data.0000.lmdb)")
+        reading = run.stage_and_shard(files, per_rank, dropped, unit, launched.stage_dir, cfg["data"]["shuffle"],
+                                      stage_as)
         loaders = {name: data.torch_loader(r.files, cfg, name == "train", launched.seed, r.sampler)
                    for name, r in reading.items()}
 
