@@ -32,6 +32,7 @@ partition, config and framework.
 import json
 import os
 import re
+import shlex
 
 import reframe as rfm
 import reframe.utility.sanity as sn
@@ -128,6 +129,22 @@ def stack_change(references_path, stack_json):
         return describe_change(calibrated, json.loads(stack_json)) if stack_json else ''
     except (ImportError, OSError, ValueError):
         return ''
+
+
+def site_platform(system):
+    """The system a run of this profile is made on, as its log's submission_platform: the
+    profile's system.yaml `system_name` (site_profiles/<system>/system.yaml, what `hpckit
+    package --site` names the system), else the ReFrame system's name; never the configs'
+    `unknown`. A site's own `--set mlperf.platform=...` (the partition's overrides) wins."""
+    path = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir, 'site_profiles', system,
+                        'system.yaml')
+    try:
+        import yaml
+        with open(path) as f:
+            name = (yaml.safe_load(f) or {}).get('system_name')
+    except Exception:   # no PyYAML in ReFrame's Python, no file, not YAML: the system's name
+        name = None
+    return str(name) if isinstance(name, (str, int)) and str(name).strip() else system
 
 
 def site_dataset(partition, benchmark):
@@ -260,7 +277,8 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
             'train', self.benchmark, '--data', self.data_dir or self.dataset.path,
             '--config', self.config, '--framework', self.framework,
             '--output-dir', 'out', *(['--deterministic'] if self.deterministic else []),
-            '--stage-dir', self.stage_dir or 'staged', '--seed', str(self.seed)]
+            '--stage-dir', self.stage_dir or 'staged', '--seed', str(self.seed),
+            '--set', shlex.quote(f'mlperf.platform={site_platform(self.current_system.name)}')]
         if self.local_batch_size:
             self.executable_opts += ['--set', f'data.batch_size={self.local_batch_size}']
         threads = self.current_partition.extras.get('threads')
@@ -417,6 +435,7 @@ class MLPerfCampaign(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
             'train', self.benchmark, '--data', self.dataset.path, '--config', self.config,
             '--framework', self.framework, '--output-dir', 'out', '--seed', str(self.seed),
             '--instances', str(self.instances), '--stage-dir', self.stage_dir,
+            '--set', shlex.quote(f'mlperf.platform={site_platform(self.current_system.name)}'),
             *(['--threads', str(self.threads)] if self.threads else []),
             *(x for o in self.overrides for x in ('--set', o))]
         ruleset = 'mini' if self.config == 'mini' else 'hpc-3.0.0'

@@ -285,3 +285,62 @@ def test_odd_git_files_without_git(tmp_path):
     loop.mkdir()
     (loop / ".git").symlink_to(loop / ".git")
     assert _head_from_files(loop / ".git") is None and head_commit(loop)[0] is None
+
+
+# ---- what the outputs say ------------------------------------------------------------------------
+
+def _openfold_log(path: Path, start: int, cycles: int = 4, per_cycle: int = 5760) -> Path:
+    """A log laid out as the v3.0 OpenFold logs are (hpc_results_v3.0 Clemson/results/
+    18xR750-2xA100-PCIe-80GB/strong/openfold): epoch_num is the training samples seen at
+    each train/eval cycle (mlcommons/hpc@2c627d4 openfold/train.py:730-734), not an epoch."""
+    def rec(t, key, value=None, **meta):
+        return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": t, "event_type": "POINT_IN_TIME", "key": key,
+                                         "value": value, "metadata": {"file": "train.py", "lineno": 1, **meta}})
+    lines = [rec(start - 50, k, v) for k, v in (("submission_benchmark", "openfold"), ("submission_org", "Site"),
+                                               ("submission_division", "closed"), ("submission_status", "onprem"),
+                                               ("submission_platform", "sys"), ("number_of_nodes", 18),
+                                               ("accelerators_per_node", 2), ("global_batch_size", 144),
+                                               ("train_samples", 594595), ("eval_samples", 180))]
+    lines += [rec(start, "run_start"), rec(start + 1, "staging_start"), rec(start + 1, "staging_stop")]
+    t = start + 10
+    for c in range(1, cycles + 1):
+        n = c * per_cycle
+        lines += [rec(t, "epoch_start", epoch_num=n), rec(t + 60_000, "epoch_stop", epoch_num=n),
+                  rec(t + 60_001, "eval_start", epoch_num=n),
+                  rec(t + 70_000, "eval_accuracy", 0.7 + 0.04 * c, epoch_num=n),
+                  rec(t + 70_001, "eval_stop", epoch_num=n)]
+        t += 70_010
+    lines.append(rec(t, "run_stop", status="success"))
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_openfold_counts_no_epochs_and_the_outputs_say_so(server, tmp_path):
+    """OpenFold's epoch_num counts training samples: the report's tables and analyze say
+    n/a for its epochs, epoch time, epoch throughput and staging/epoch ratio (they said
+    23,040 epochs and a ratio of 0.000), never a number made up from it."""
+    from hpckit.results.analysis import run_facts
+    from hpckit.results.logs import parse_log
+    pub = tmp_path / "openfold"
+    pub.mkdir()
+    for i in range(3):
+        _openfold_log(pub / f"result_{i}.txt", 10_000_000 * (i + 1))
+    assert parse_log(pub / "result_0.txt").epochs is None
+    f = run_facts(pub / "result_0.txt", "published")
+    assert f.no_epochs and f.staging_epoch_ratio is None and f.epoch_throughput is None and f.epoch_s is None
+    assert f.eval_each_s == pytest.approx(10.0, abs=0.01)       # what it has is still measured
+    run = _set(tmp_path / "site", n=1)
+    res = server.run(["analyze", "--published", pub], cwd=tmp_path)
+    line = next(ln for ln in res["stdout"].splitlines() if "openfold" in ln)
+    assert "epochs n/a" in line and "staging/epoch n/a" in line and "epoch n/a s" in line, line
+    res = server.run(["report", run, "--published", pub, "--out", tmp_path / "rep"], cwd=tmp_path)
+    assert res["rc"] == 0, res
+    import re
+    page = (tmp_path / "rep" / "index.html").read_text()
+    sets = re.search(r'<table id="sets".*?</table>', page, re.S).group(0)
+    row = re.search(r'<tr class="set published" data-benchmark="openfold">.*?</tr>', sets, re.S).group(0)
+    cells = dict(re.findall(r'<td class="(epochs|ratio|throughput) na" title="[^"]*">(n/a)</td>', row))
+    assert cells == {"epochs": "n/a", "ratio": "n/a", "throughput": "n/a"}, row
+    assert "23040" not in row and "0.000" not in row
+    cosmoflow = re.search(r'<tr class="set site" data-benchmark="cosmoflow">.*?</tr>', sets, re.S).group(0)
+    assert 'class="epochs na"' not in cosmoflow        # a benchmark that counts epochs shows them

@@ -137,6 +137,10 @@ def test_dry_run_job_scripts(tmp_path, profile, system, partition, environ):
                 f"no request for {gpus} GPUs per node:\n{script}"
         if not training:
             assert not re.search(r"--gpus|--gres=gpu", script), script
+        else:   # the log names the system the check runs on, as the profile's system.yaml does (issue 34)
+            import yaml
+            named = yaml.safe_load((REPO / "site_profiles" / system / "system.yaml").read_text())["system_name"]
+            assert f"--set mlperf.platform={named} " in line + " ", line
         if profile in TARGETS and training and TARGETS[profile][1]:
             assert gpus == TARGETS[profile][1]
             assert f"--gpus-per-node={gpus}" in script or f"--gres=gpu:{gpus}" in script, script

@@ -44,10 +44,11 @@ from pathlib import Path
 
 import numpy as np
 
+from hpckit.common.benchmark import PACKAGES
 from hpckit.common.errors import KitError
 from hpckit.common.fileio import output_file
 
-KIT_BENCHMARKS = ("cosmoflow", "deepcam")   # the record's benchmarks (analyze takes any apart)
+KIT_BENCHMARKS = PACKAGES   # the record's benchmarks: the kit's (analyze takes any apart)
 RECORD_FILE = Path(__file__).with_name("convergence_record.json")   # shipped, from published rounds
 BOOTSTRAP = 400          # resamples of the sets for the curve's uncertainty
 DRAWS = 2000             # draws of the residuals around the curve
@@ -100,6 +101,7 @@ class RunFacts:
     cycles_s: list = field(default_factory=list)   # epoch_start to the next (last: to run_stop)
     epoch_times: list = field(default_factory=list)  # each epoch's training time, evaluations out
     extra: dict = field(default_factory=dict)
+    no_epochs: str | None = None           # why this benchmark's log counts no epochs (logs.NO_EPOCHS)
 
     # After the warm-up: the first epoch pays one-off costs (allocator, kernel selection,
     # cold page cache); a projection to E epochs pays them once, not E times.
@@ -266,6 +268,12 @@ def run_facts(path: Path, origin: str) -> RunFacts:
         f.cycles_s = [max(0.0, (b - a) / 1000.0) for a, b in zip(starts, starts[1:] + [t1])]
     epochs = [max(0.0, (b - a - sum(_overlap(c, d, a, b) for c, d in evals)) / 1000.0)
               for a, b in intervals]
+    from hpckit.results.logs import NO_EPOCHS
+    f.no_epochs = NO_EPOCHS.get(str(log.benchmark or "").lower())
+    if f.no_epochs:
+        # its epoch_start..epoch_stop are train/eval cycles, not epochs: no epoch time,
+        # epoch throughput or staging/epoch ratio is made up from them
+        epochs = []
     f.epoch_times = epochs
     if epochs:
         f.epoch_s = sum(epochs) / len(epochs)
@@ -604,13 +612,15 @@ def _set_line(s: dict, fs: list[RunFacts]) -> str:
     per = (lambda v: v / units if v is not None and units else None)
     epochs = median([f.log.epochs for f in fs])
     origin = fs[0].origin + (f" {fs[0].round}" if fs[0].round else "")
+    # a benchmark that counts no epochs (logs.NO_EPOCHS) has no per-epoch figures: n/a
+    na = (lambda v, spec="{:.3g}": "n/a" if any(f.no_epochs for f in fs) else _fmt(v, spec))  # noqa: E731
     return (f"{origin} | {s['org']} | {s['platform']} | {s['benchmark']} {s['score']['kind']} | runs {len(fs)} | "
             f"units {_fmt(units, '{:.0f}')} | B {_fmt(m['global_batch_size'], '{:.0f}')} | "
-            f"epochs {_fmt(epochs)} | T {_fmt(m['total_s'] and m['total_s'] / 60, '{:.2f}')} min | "
+            f"epochs {na(epochs)} | T {_fmt(m['total_s'] and m['total_s'] / 60, '{:.2f}')} min | "
             f"init {_fmt(m['init_s'], '{:.1f}')} s | staging {_fmt(m['staging_s'], '{:.1f}')} s | "
-            f"epoch {_fmt(m['epoch_s'])} s | eval {_fmt(m['eval_each_s'])} s (share {_fmt(m['eval_share'], '{:.1%}')}) | "
-            f"staging/epoch {_fmt(m['staging_epoch_ratio'], '{:.2f}')} | "
-            f"train {_fmt(per(m['epoch_throughput']))} eval {_fmt(per(m['eval_throughput']))} samples/s/unit | "
+            f"epoch {na(m['epoch_s'])} s | eval {_fmt(m['eval_each_s'])} s (share {_fmt(m['eval_share'], '{:.1%}')}) | "
+            f"staging/epoch {na(m['staging_epoch_ratio'], '{:.2f}')} | "
+            f"train {na(per(m['epoch_throughput']))} eval {_fmt(per(m['eval_throughput']))} samples/s/unit | "
             f"{_fmt(m['unit_hours'], '{:.1f}')} unit-h")
 
 

@@ -34,6 +34,13 @@ TARGETS = {name: (d.metric, d.comparison, d.official_target) for name, d in desc
 KIT_TARGET_KEYS = {name: d.target_key for name, d in descriptors().items()}
 _OPS = {"<=": operator.le, ">=": operator.ge}
 _RECORDED_METRICS = ("eval_accuracy", "eval_error")
+# Benchmarks whose logs count no epochs: their epoch_num is something else, and a reader
+# must not call it epochs. OpenFold logs, at each train/eval cycle, the training samples
+# seen by its end (mlcommons/hpc@2c627d4 openfold/train.py:730-734: epoch_num =
+# train_val_cycle_i x global_batch_size x val_every_iters; 5,760 per cycle in the v3.0
+# Clemson logs, 89,280 at their end).
+NO_EPOCHS = {"openfold": "OpenFold counts no epochs (its epoch_num is the training samples seen at each "
+                         "evaluation)"}
 _METRIC_KEYS = {d[0] for d in TARGETS.values()}
 
 
@@ -228,7 +235,7 @@ def _parse(path: Path) -> RunLog:
             if n is not None:
                 epoch_nums.append(n)
     epochs = None
-    if epoch_nums:
+    if epoch_nums and bench_key not in NO_EPOCHS:
         epochs = max(epoch_nums) + (1 if min(epoch_nums) == 0 else 0)
 
     target_spec = TARGETS.get(bench_key or "")

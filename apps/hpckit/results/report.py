@@ -614,8 +614,11 @@ def _breakdown_rows(views: list[SetView]) -> list[str]:
         cells = [v.label, m("init_s"), m("staging_s"), m("steady_epoch_s"), m("warmup_s"), m("eval_each_s"),
                  median([f.eval_share for f in fs]), m("staging_epoch_ratio"), per(m("steady_throughput")),
                  per(m("eval_throughput")), m("unit_hours")]
+        no_epochs = next((f.no_epochs for f in fs if f.no_epochs), None)
+        per_epoch = (3, 4, 7, 8)     # epoch, warm-up, staging / epoch, epoch throughput
         out.append(f'<tr class="{v.origin}"><td class="name">{html.escape(cells[0])}</td>'
-                   + "".join(_cell(c, "{:.3g}") for c in cells[1:]) + "</tr>")
+                   + "".join(_na("", no_epochs) if no_epochs and i in per_epoch else _cell(c, "{:.3g}")
+                             for i, c in enumerate(cells[1:], start=1)) + "</tr>")
     return out
 
 
@@ -673,6 +676,15 @@ def _cell(value, fmt: str = "{:.2f}", cls: str = "") -> str:
     return f"<td{c}>{html.escape(str(value))}</td>"
 
 
+def _na(cls: str, why: str) -> str:
+    """A cell of a figure the log does not have (not zero, not missing: none exists)."""
+    return f'<td class="{(cls + " na").strip()}" title="{html.escape(why)}">n/a</td>'
+
+
+def _epoch_cell(no_epochs: str | None, value, fmt: str, cls: str) -> str:
+    return _na(cls, no_epochs) if no_epochs else _cell(value, fmt, cls)
+
+
 def _table(tid: str, headers: list[str], rows: list[str]) -> str:
     """A table one line per row (cells never wrap: a row's height does not depend on its text),
     scrolled sideways inside the page's width when it is wider."""
@@ -706,11 +718,12 @@ def _run_rows(facts: list[RunFacts]) -> list[str]:
             f'<tr class="run {f.origin}">' + _cell(f.origin) + f'<td class="name" title="{html.escape(f.name)}">'
             f"{html.escape(_short(f))}</td>" + _cell(r.benchmark) + _cell(r.number_of_nodes, "{:d}")
             + _cell(f.compute_units, "{:d}", "units") + _cell(f.global_batch_size, "{:d}", "batch")
-            + _cell(r.epochs, "{:d}", "epochs") + _cell(r.time_to_train_min, "{:.2f}", "ttt")
+            + _epoch_cell(f.no_epochs, r.epochs, "{:d}", "epochs") + _cell(r.time_to_train_min, "{:.2f}", "ttt")
             + _cell(f.staging_s, "{:.1f}", "staging") + _cell(f.train_s, "{:.1f}", "training")
-            + _cell(f.eval_s, "{:.1f}", "evaluation") + _cell(f.epoch_s, "{:.2f}", "epoch")
-            + _cell(f.epoch_throughput, "{:.1f}", "throughput")
-            + _cell(f.staging_epoch_ratio, "{:.3f}", "ratio") + _cell(f.unit_hours, "{:.3f}", "unit-hours")
+            + _cell(f.eval_s, "{:.1f}", "evaluation") + _epoch_cell(f.no_epochs, f.epoch_s, "{:.2f}", "epoch")
+            + _epoch_cell(f.no_epochs, f.epoch_throughput, "{:.1f}", "throughput")
+            + _epoch_cell(f.no_epochs, f.staging_epoch_ratio, "{:.3f}", "ratio")
+            + _cell(f.unit_hours, "{:.3f}", "unit-hours")
             + _cell("yes" if r.converged else "no", cls="converged") + "</tr>")
     return rows
 
@@ -720,6 +733,7 @@ def _set_rows(views: list[SetView]) -> list[str]:
     for v in views:
         m, basis = v.median, (v.counted or v.facts)
         spent = sum(f.unit_hours for f in v.facts if f.unit_hours is not None)
+        no_epochs = next((f.no_epochs for f in basis if f.no_epochs), None)
         rows.append(
             f'<tr class="set {v.origin}" data-benchmark="{html.escape(v.benchmark)}">' + _cell(v.origin)
             + f'<td class="sid">{html.escape(v.sid)}</td>' + _cell(v.org, cls="org") + _cell(v.system, cls="system")
@@ -728,11 +742,11 @@ def _set_rows(views: list[SetView]) -> list[str]:
             + _cell(v.total_s / 60.0, "{:.2f}", "ttt") + _cell(v.lo_s / 60.0, "{:.2f}", "ttt-min")
             + _cell(v.hi_s / 60.0, "{:.2f}", "ttt-max") + _cell(m.staging_s, "{:.1f}", "staging")
             + _cell(m.train_s, "{:.1f}", "training") + _cell(m.eval_s, "{:.1f}", "evaluation")
-            + _cell(median([f.log.epochs for f in basis]), "{:g}", "epochs")
+            + _epoch_cell(no_epochs, median([f.log.epochs for f in basis]), "{:g}", "epochs")
             + _cell(median([f.global_batch_size for f in basis]), "{:g}", "batch")
             + _cell(median([f.compute_units for f in basis]), "{:g}", "units")
-            + _cell(median([f.epoch_throughput for f in basis]), "{:.1f}", "throughput")
-            + _cell(median([f.staging_epoch_ratio for f in basis]), "{:.3f}", "ratio")
+            + _epoch_cell(no_epochs, median([f.epoch_throughput for f in basis]), "{:.1f}", "throughput")
+            + _epoch_cell(no_epochs, median([f.staging_epoch_ratio for f in basis]), "{:.3f}", "ratio")
             + _cell(spent if any(f.unit_hours is not None for f in v.facts) else None, "{:.3f}", "unit-hours")
             + "</tr>")
     return rows
@@ -937,7 +951,8 @@ def main(args) -> int:
         raise KitError("no site runs left to report (every RUN repeats a --published log?)")
     if site_desc and site_desc.get("system_name"):
         # the site's runs were made on the profile's system, whatever platform they logged
-        # (the configs log `unknown`): every table, figure and scores.json names it
+        # (runs made by hand, or before the checks passed it, log the configs' `unknown`):
+        # every table, figure and scores.json names it
         for s in site_sets:
             s["logged_platform"], s["platform"] = s["platform"], site_desc["system_name"]
             for _, r in s["runs"]:
