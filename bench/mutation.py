@@ -560,6 +560,7 @@ def run_cases(server: ForkServer, inputs: Inputs, root: Path, seeds, keep: bool 
         out = case_dir / "out"
         before = snapshot(case_dir, out)
         res = server.run(case.argv, cwd=case_dir, timeout=case.timeout)
+        stats[f"{case.command} <- {case.kind}"]["ms"] += int(res["seconds"] * 1000)
         after = snapshot(case_dir, out)
         problems = judge(case, res, before, after, case_dir)
         key = f"{case.command} <- {case.kind}"
@@ -575,11 +576,11 @@ def run_cases(server: ForkServer, inputs: Inputs, root: Path, seeds, keep: bool 
     return stats, violations
 
 
-def baseline(server: ForkServer, inputs: Inputs, root: Path) -> list[str]:
-    """Every (command, input) of the plan on undamaged inputs: it must succeed (0, or 1
-    for a verdict), else the mutations of that pair test nothing."""
+def baseline(server: ForkServer, inputs: Inputs, root: Path, pairs=None) -> list[str]:
+    """Every (command, input) of the plan (or `pairs`) on undamaged inputs: it must succeed
+    (0, or 1 for a verdict), else the mutations of that pair test nothing."""
     bad = []
-    for n, (command, kind) in enumerate(sorted(PLAN)):
+    for n, (command, kind) in enumerate(sorted(pairs or PLAN)):
         if kind == "published" and inputs.pub_set is None:
             continue
         case = make_case(10 ** 9 + n, inputs, root, command, kind, damaged=False)
@@ -641,7 +642,8 @@ def main() -> int:
     for key in sorted(stats):
         c = stats[key]
         codes = ", ".join(f"{k} {v}" for k, v in sorted(c.items()) if k.startswith("rc "))
-        print(f"{key}: cases={c['cases']} violations={c['violations']} ({codes})")
+        print(f"{key}: cases={c['cases']} violations={c['violations']} ({codes}) "
+              f"mean_s={c['ms'] / 1000 / c['cases']:.2f}")
     total = sum(c["cases"] for c in stats.values())
     print(f"mutations={total} violations={len(violations)} seconds={seconds:.0f} "
           f"cases_per_s={total / seconds:.2f}")
