@@ -125,6 +125,17 @@ def children() -> list[int]:
     return out
 
 
+def thread_cpu() -> dict:
+    """CPU seconds of each thread of this process, by thread id."""
+    out = {}
+    for task in Path("/proc/self/task").iterdir():
+        try:
+            out[task.name] = int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (OSError, IndexError, ValueError):
+            pass
+    return out
+
+
 def self_cpu() -> float:
     r = resource.getrusage(resource.RUSAGE_SELF)
     return r.ru_utime + r.ru_stime
@@ -157,6 +168,7 @@ class PinStandIn:
 
     def __init__(self, loader, slots: int):
         self.loader, self.slots, self.bufs, self.locked = loader, slots, [], True
+        self.cpu = 0.0   # CPU seconds of the pin threads so far (a thread per epoch: counted before it ends)
 
     def __iter__(self):
         import torch
@@ -166,6 +178,7 @@ class PinStandIn:
         done = object()
 
         def pin():
+            start = time.thread_time()
             try:
                 for batch in self.loader:
                     slot = free.get()
@@ -182,6 +195,7 @@ class PinStandIn:
                     ready.put((slot, len(parts[0])))
             except BaseException as e:   # handed to the consumer
                 ready.put(e)
+            self.cpu += time.thread_time() - start
             ready.put(done)
 
         thread = threading.Thread(target=pin, daemon=True)
@@ -274,18 +288,21 @@ def measure(make_loader, n_files: int, batch: int, workers: int, rate: float, de
     in_flight = batch * max(workers, 1) * prefetch
     sampler.length = max(n_files, int(pace * seconds), 4 * in_flight) // batch * batch
     pids = children()
-    w0, m0 = sum(map(proc_cpu, pids)), self_cpu()
+    w0, m0, th0 = sum(map(proc_cpu, pids)), self_cpu(), thread_cpu()
+    pin0 = 0.0 if cuda else pinned.cpu
     clock = GpuClock(rate)
     t0 = clock.free
     n = epoch(clock)
     time.sleep(max(0.0, clock.free - time.perf_counter()))
     wall = clock.free - t0
-    w1, m1 = sum(map(proc_cpu, pids)), self_cpu()
+    w1, m1, th1 = sum(map(proc_cpu, pids)), self_cpu(), thread_cpu()
+    busiest = max([th1[t] - th0.get(t, 0.0) for t in th1] + [0.0 if cuda else pinned.cpu - pin0])
     locked = getattr(pinned, "locked", True) if not cuda else True
     del loader
     gc.collect()
     return {"samples": n, "seconds": wall, "sustained": n / wall, "gpu_waited": clock.waited / wall,
-            "worker_ms": 1000 * (w1 - w0) / n, "main_ms": 1000 * (m1 - m0) / n, "locked": locked}
+            "worker_ms": 1000 * (w1 - w0) / n, "main_ms": 1000 * (m1 - m0) / n, "thread_ms": 1000 * busiest / n,
+            "locked": locked}
 
 
 # ---------------------------------------------------------------- datasets and staging
@@ -427,10 +444,10 @@ def main() -> int:
             splits.update(cam)
         log(f"# consumer: a GPU step of batch / rate seconds starts once its batch is there and the last step ended; "
             f"one epoch of about {seconds:g} s timed per figure, after a warm-up epoch over the files; CPU ms per "
-            "sample from /proc (workers) and getrusage (main process)")
+            "sample from /proc: loader workers, the main process (all its threads) and its busiest thread")
         log(f"{'benchmark':<10} {'format':<22} {'batch':>5} {'workers':>7} {'consumer':>8} {'sustained':>9} "
-            f"{'GPU idle':>8} {'worker ms':>9} {'main ms':>7} {'per core':>8}  samples/s, % of the time, "
-            "CPU ms per sample")
+            f"{'GPU idle':>8} {'worker ms':>9} {'main ms':>7} {'thread ms':>9} {'per core':>8}  samples/s, % of the "
+            "time, CPU ms per sample")
         cfgs = {"cosmoflow": load_config("cosmoflow", "reference", [f"data.sample_size={size}"]),
                 "deepcam": load_config("deepcam", "reference", [f"data.height={height}", f"data.width={width}"])}
         for fmt in formats:
@@ -455,7 +472,8 @@ def main() -> int:
                         rows.append(r)
                         per_core = 1000 / max(r["worker_ms"], 1e-6)
                         log(f"{bench:<10} {fmt + suffix:<22} {b:>5} {w:>7} {rate:>8.0f} {r['sustained']:>9.1f} "
-                            f"{100 * r['gpu_waited']:>7.0f}% {r['worker_ms']:>9.1f} {r['main_ms']:>7.1f} {per_core:>8.1f}"
+                            f"{100 * r['gpu_waited']:>7.0f}% {r['worker_ms']:>9.1f} {r['main_ms']:>7.1f} "
+                            f"{r['thread_ms']:>9.1f} {per_core:>8.1f}"
                             + ("" if r["locked"] else "  (buffer not page-locked: mlock refused)"))
         summary = summarise(rows, step_rates, log)
     except Exception as e:   # a figure missing is a failed bench, said in one line
@@ -472,15 +490,18 @@ def main() -> int:
 
 
 def summarise(rows: list[dict], step_rates: dict, log) -> list[dict]:
-    """Cores per GPU at each rate, from the largest CPU time per sample measured for the format."""
+    """Cores per GPU at each rate, from the largest CPU time per sample measured for the format,
+    and the ceiling of the main process's busiest thread (one thread runs on one core at most)."""
     out = []
     log("# cores one GPU needs = rate x (worker + main CPU seconds per sample), the largest measured over the "
-        f"worker counts; an eos node gives each H100 {CORES_PER_H100}")
+        f"worker counts; an eos node gives each H100 {CORES_PER_H100}; the main process's busiest thread (the pin "
+        "thread or the loop receiving batches) caps the rate at 1 / its CPU seconds per sample")
     for key in dict.fromkeys((r["bench"], r["fmt"], r["batch"]) for r in rows):
         mine = [r for r in rows if (r["bench"], r["fmt"], r["batch"]) == key]
         bench, fmt, batch = key
         worker_ms = max(max(r["worker_ms"] for r in mine), 1e-6)
         main_ms = max(r["main_ms"] for r in mine)
+        ceiling = 1000 / max(max(r["thread_ms"] for r in mine), 1e-6)
         targets = [(f"NVIDIA H100 {NVIDIA_H100[(bench, batch)]:g}", NVIDIA_H100[(bench, batch)])] \
             if (bench, batch) in NVIDIA_H100 else []
         if bench in step_rates:
@@ -489,13 +510,14 @@ def summarise(rows: list[dict], step_rates: dict, log) -> list[dict]:
         for label, rate in targets:
             cores = rate * (worker_ms + main_ms) / 1000
             workers = rate * worker_ms / 1000
-            verdict = "fits" if cores <= CORES_PER_H100 else "does NOT fit"
+            fits = cores <= CORES_PER_H100 and ceiling >= rate
             log(f"{bench:<10} {fmt:<22} batch {batch}: {label} samples/s needs {cores:.1f} cores ({workers:.1f} "
-                f"workers at {1000 / worker_ms:.1f} samples/s per core + {rate * main_ms / 1000:.1f} main process): "
-                f"{verdict} in {CORES_PER_H100}; sustained here {best['sustained']:.1f} with {best['workers']} workers")
+                f"workers at {1000 / worker_ms:.1f} samples/s per core + {rate * main_ms / 1000:.1f} main process, "
+                f"its busiest thread up to {ceiling:.0f} samples/s): {'fits' if fits else 'does NOT fit'} in "
+                f"{CORES_PER_H100}; sustained here {best['sustained']:.1f} with {best['workers']} workers")
             out.append({"bench": bench, "fmt": fmt, "batch": batch, "target": label, "rate": rate, "cores": cores,
                         "worker_cores": workers, "per_core": 1000 / worker_ms, "main_ms": main_ms,
-                        "fits": cores <= CORES_PER_H100, "best_sustained": best["sustained"]})
+                        "thread_ceiling": ceiling, "fits": fits, "best_sustained": best["sustained"]})
     return out
 
 
