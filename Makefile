@@ -64,6 +64,16 @@ TESTS      ?= tests/test_bn_stats.py tests/test_replica_check.py \
 stress: $(STAMP)
 	$(BIN)/python tests/stress/stress.py --reps $(REPS) $(if $(LOAD),--load $(LOAD)) --out $(STRESS_OUT) $(TESTS)
 
+# The results commands on thousands of damaged copies of real inputs (bench/mutation.py,
+# issue 34): CASES mutations from seed SEED; prints the count and every violation (exit 0,
+# 2 or a verdict's 1; at most two stderr lines; no traceback, hang, changed input or partial
+# output). MUTATE_RUNS: kit run directories to mutate (default: two tiny DeepCAM runs made first).
+CASES ?= 3000
+SEED  ?= 1
+.PHONY: mutate
+mutate: $(STAMP)
+	$(BIN)/python bench/mutation.py --cases $(CASES) --seed $(SEED) $(if $(MUTATE_RUNS),--runs $(MUTATE_RUNS))
+
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt
