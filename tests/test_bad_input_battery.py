@@ -257,6 +257,7 @@ def _rewrite_example(path: Path, x: np.ndarray | None = None, y: np.ndarray | No
         feats["y"] = np.asarray(y, np.float32)
     if drop:
         feats.pop(drop)
+    path.unlink()    # the kit's writer never replaces a file it did not write: the copy is removed first
     tfrecord.write_example_file(path, feats)
 
 

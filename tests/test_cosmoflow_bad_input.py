@@ -95,6 +95,7 @@ def test_corrupt_gzip(data_copy, tmp_path):
 
 def test_wrong_x_size(data_copy, tmp_path):
     bad = first_train_file(data_copy)
+    bad.unlink()     # the kit's writer never replaces a file it did not write
     tfrecord.write_example_file(bad, {"x": np.zeros((8, 8, 8, 4), "<i2").tobytes(),
                                       "y": np.zeros(4, np.float32)})
     out = tmp_path / "out"
@@ -105,6 +106,7 @@ def test_wrong_x_size(data_copy, tmp_path):
 def test_non_finite_y(data_copy, tmp_path):
     bad = first_train_file(data_copy)
     example = tfrecord.read_example_file(bad)
+    bad.unlink()
     tfrecord.write_example_file(bad, {"x": example["x"], "y": np.array([np.nan, 0, 0, 0], np.float32)})
     assert_one_line_error(train(data_copy, tmp_path / "out"), bad, "not finite")
 
@@ -134,6 +136,7 @@ def test_negative_particle_count_names_the_file(data_copy, tmp_path):
     example = tfrecord.read_example_file(bad)
     x = np.frombuffer(example["x"], "<i2").copy()
     x[123] = -5
+    bad.unlink()
     tfrecord.write_example_file(bad, {"x": x.tobytes(), "y": np.asarray(example["y"], np.float32)})
     assert_one_line_error(train(data_copy, tmp_path / "out"), bad, "negative particle count (-5)")
 

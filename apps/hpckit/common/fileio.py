@@ -274,6 +274,9 @@ def staged_dir(path: str | os.PathLike, what: str, purpose: str):
         shutil.rmtree(tmp, ignore_errors=True)
         if is_disk_error(e):
             raise disk_error(e, path) from None
+        if isinstance(e, KitError) and str(tmp) in str(e):
+            # name the output as the user gave it, not the hidden directory it was built in
+            raise type(e)(str(e).replace(str(tmp), str(path))) from None
         raise
 
 
@@ -335,6 +338,8 @@ def place_tree(root: Path, name: str, files: dict[str, bytes], what: str) -> Non
             raise disk_error(e, dest_top) from None
         if isinstance(e, OSError):
             raise KitError(f"{what} {root}: cannot write ({e.strerror or e})") from None
+        if isinstance(e, KitError) and tmp is not None and str(tmp) in str(e):
+            raise type(e)(str(e).replace(str(tmp), str(dest_top))) from None
         raise
     finally:
         if tmp is not None:
