@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from hpckit.common.benchmark import PACKAGES
 from test_spack_repo import builtin_exists, local_packages, spec_name, BUILTIN_REPO
 
 REPO = Path(__file__).resolve().parents[1]
@@ -181,7 +182,7 @@ def test_settings_partitions(target):
         assert "Apptainer" in platforms
         if "sarus" in p["environs"]:
             assert "Sarus" in platforms
-        assert set(p["extras"]["data"]) == {"cosmoflow", "deepcam"}
+        assert set(p["extras"]["data"]) == set(PACKAGES)   # a dataset path per benchmark package
         assert all(os.path.isabs(v) for v in p["extras"]["data"].values())
         assert p["extras"]["stage_dir"]
         assert p["processor"]["arch"] == ARCH[target]
@@ -201,8 +202,7 @@ def test_settings_site_variables(target, tmp_path):
                if "mlperf" in p["features"]]
     assert "--account=proj42" in part["access"]
     per_node = {"a64fx": 4, "knl": 1, "v100": 8, "a100": 4}[target]
-    assert part["extras"] == {"data": {"cosmoflow": str(tmp_path / "cosmoflow"),
-                                       "deepcam": str(tmp_path / "deepcam")},
+    assert part["extras"] == {"data": {b: str(tmp_path / b) for b in PACKAGES},
                               "stage_dir": "/local/x",
                               "ranks": 16 * per_node, "ranks_per_node": per_node}
     envs = {e["name"]: e for e in conf["site_configuration"]["environments"]}
@@ -220,7 +220,7 @@ def test_references(target):
     refs = yaml.safe_load((PROFILES / target / "references.yaml").read_text())
     partitions = {f"{target}:{p['name']}" for p in
                   settings(target)["site_configuration"]["systems"][0]["partitions"]}
-    assert set(refs) <= {"CosmoFlowCheck", "DeepCAMCheck"}
+    assert set(refs) <= {"CosmoFlowCheck", "DeepCAMCheck", "OC20Check"}
     for check, entry in refs.items():
         assert entry["$index"] == ["$partition", "config", "framework"]
         for part, configs in entry.items():

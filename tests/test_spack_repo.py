@@ -26,7 +26,7 @@ BUILTIN_REPO = os.environ.get("SPACK_BUILTIN_REPO")
 
 # builtin packages the recipes and environments name (present in spack-packages v2025.11)
 KNOWN_BUILTIN = {
-    "python", "py-setuptools", "py-numpy", "py-pyyaml", "py-crc32c", "py-h5py", "py-torch",
+    "python", "py-setuptools", "py-numpy", "py-pyyaml", "py-crc32c", "py-h5py", "py-lmdb", "py-torch",
     "py-tensorflow", "py-horovod", "py-pandas", "py-scipy", "py-hatchling", "py-archspec",
     "py-argcomplete", "py-clustershell", "py-fasteners", "py-jinja2", "py-jsonschema",
     "py-lxml", "py-requests", "py-semver", "py-tabulate", "py-polars", "py-pygelf",
