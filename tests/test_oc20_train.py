@@ -185,3 +185,37 @@ def test_the_reframe_check_fails_a_sabotaged_run(tmp_path, sabotage):
     assert rc != 0, out[-3000:]
     assert "not converged: final eval_error" in out and f"after {SABOTAGE_EPOCHS} epochs" in out, out[-3000:]
     assert "[  FAILED  ]" in out
+
+
+TINY = """base: mini
+data: {n_train: 32, n_valid: 16}
+optimizer: {warmup_steps: 2}
+train: {n_epochs: 8, target_mae: 0.3}
+"""
+
+
+def test_a_package_with_an_oc20_set_passes_the_official_checker(oc20_data, tmp_path):
+    """Five instances of a tiny config in one launch: a weak OC20 set, scored, reported and
+    packaged; the official package checker and result summarizer pass the package."""
+    need("mpirun")
+    config = tmp_path / "tiny.yaml"
+    config.write_text(TINY)
+    out, pkg = tmp_path / "campaign", tmp_path / "pkg"
+    hpckit = [sys.executable, "-m", "hpckit", "train", "oc20", "--data", str(oc20_data), "--config", str(config),
+              "--output-dir", str(out), "--seed", "11", "--instances", "5", "--threads", "1"]
+    cmd = ["mpirun", "-np", "5", "--oversubscribe", "--bind-to", "none", "-x", "PATH", "-x", "PYTHONPATH",
+           "-x", f"MASTER_PORT={_free_port()}", *hpckit]
+    proc = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=900,
+                          env={**os.environ, **ROOT_ENV, "PYTHONUNBUFFERED": "1"})
+    assert proc.returncode == 0, (proc.stdout + proc.stderr)[-4000:]
+    runs = [out / f"instance_{i}" for i in range(5)]
+    packed = run_hpckit("package", "--site", "local", "--org", "hpckit", *runs, "--out", pkg,
+                        "--check", "mini", "--config", config)
+    assert packed.returncode == 0, packed.stdout + packed.stderr
+    weak = pkg / "hpckit" / "results" / "local_cpu" / "weak" / "oc20"
+    assert sorted(p.name for p in weak.iterdir()) == [f"result_{i}.txt" for i in range(5)]
+    assert "PACKAGE OK" in packed.stdout and "SUMMARY OK" in packed.stdout
+    report = run_hpckit("report", out, "--out", tmp_path / "report")
+    assert report.returncode == 0, report.stdout + report.stderr
+    (shown,) = json.loads((tmp_path / "report" / "scores.json").read_text())["site"]["sets"]
+    assert shown["benchmark"] == "oc20" and shown["scaling"] == "weak"
