@@ -329,3 +329,15 @@ def test_config_errors_name_the_key():
     with pytest.raises(KitError, match="config key 'model.num_radial'"):
         validate_config(load_config("oc20", "mini", ["model.num_radial=65"]))
     validate_config(load_config("oc20", "mini", ["optimizer.lr=0"]))   # the sabotage the checks use is valid
+
+
+@pytest.mark.parametrize("args, names", [
+    (["datagen", "oc20", "--out", "{t}/new", "--config", "mini", "--height", "8"], "--height"),
+    (["datagen", "oc20", "--out", "{t}/new"], "--train and --valid"),
+    (["describe", "oc20", "--set", "model.num_blocks=0"], "model.num_blocks"),
+    (["train", "oc20", "--data", "{t}/nope", "--output-dir", "{t}/out", *NO_ALLOCATOR_RESTART], "{t}/nope"),
+])
+def test_bad_command_lines_are_one_line(tmp_path, args, names):
+    proc = run_hpckit(*[a.replace("{t}", str(tmp_path)) for a in args])
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and names.replace("{t}", str(tmp_path)) in lines[0], proc.stderr

@@ -219,3 +219,19 @@ def test_a_package_with_an_oc20_set_passes_the_official_checker(oc20_data, tmp_p
     assert report.returncode == 0, report.stdout + report.stderr
     (shown,) = json.loads((tmp_path / "report" / "scores.json").read_text())["site"]["sets"]
     assert shown["benchmark"] == "oc20" and shown["scaling"] == "weak"
+
+
+def test_bf16_trains(oc20_data, tmp_path):
+    """train.precision bf16 (autocast: the linear layers in bf16, weights, loss and forces
+    MAE in fp32), step-limited; refused in one line where the CPU has no bf16."""
+    from hpckit.common.precision import cpu_has_bf16
+    out = tmp_path / "out"
+    proc = run_hpckit(*train_args(oc20_data, out, "--set", "train.precision=bf16", "--set", "train.max_steps=8"))
+    if not cpu_has_bf16():
+        assert proc.returncode == 2 and "train.precision" in proc.stderr, proc.stderr
+        return
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    s = json.loads((out / "summary.json").read_text())
+    assert "step-limited" in s["stop_reason"] and 0 < s["final_eval_error"] < 10
+    (config,) = [e["value"] for e in mllog(out / "mlperf.log") if e["key"] == "hpckit_config"]
+    assert config["train.precision"] == "bf16"
