@@ -465,12 +465,21 @@ def test_mini_bad_config_file(nvidia, tmp_path, capsys):
 # ----------------------------------------------------------------- the report file
 
 def test_report_written_atomically_and_replaced(nvidia, tmp_path, capsys):
+    """An earlier check's side report (its first line says so) is replaced; a file of that
+    name the kit did not write is kept, the verdict given all the same with one warning."""
     report = compliance.report_path(nvidia)
-    report.write_text("stale\n")
+    report.write_text("# hpckit check: stale\n")
     rc, out, _ = check([nvidia, "--ruleset", "hpc-3.0.0"], capsys)
     assert rc == 0 and len(out) == 1
     text = report.read_text()
     assert "stale" not in text and "INFO - SUCCESS" in text and out[0] in text
+    assert sorted(p.name for p in tmp_path.iterdir()) == sorted([nvidia.name, report.name])
+    report.write_text("the site's own notes\n")
+    rc, out, err = check([nvidia, "--ruleset", "hpc-3.0.0"], capsys)
+    assert rc == 0 and out[0].startswith("COMPLIANT: ")
+    err = err.splitlines()
+    assert len(err) == 1 and "side report not written" in err[0] and str(report) in err[0], err
+    assert report.read_text() == "the site's own notes\n"
     assert sorted(p.name for p in tmp_path.iterdir()) == sorted([nvidia.name, report.name])
 
 

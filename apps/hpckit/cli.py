@@ -7,6 +7,7 @@ Bad input surfaces as `KitError`: one line on stderr, exit code 2.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import importlib
 import os
 import sys
@@ -165,19 +166,26 @@ def main(argv: list[str] | None = None) -> int:
     return code
 
 
-def _stop_on_sigterm() -> None:
-    """A SIGTERM (a batch system ending the job) stops a results command as an exception,
-    so what it was writing is taken back (a report or package half built is removed: common/
-    fileio.py) before it exits 143. `train` installs its own (common/dist.py)."""
+@contextlib.contextmanager
+def _stop_on_sigterm():
+    """While a results command runs, a SIGTERM (a batch system ending the job) stops it as
+    an exception, so what it was writing is taken back (a report or package half built is
+    removed: common/fileio.py) before it exits 143; the handler that was there is put back
+    after (main() may run in-process). `train` installs its own (common/dist.py)."""
     import signal
     import threading
     if threading.current_thread() is not threading.main_thread():
+        yield
         return
 
     def stop(signum, frame):
         signal.signal(signal.SIGTERM, signal.SIG_DFL)    # a second one ends it at once
         raise Terminated("stopped by SIGTERM")
-    signal.signal(signal.SIGTERM, stop)
+    before = signal.signal(signal.SIGTERM, stop)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, before)
 
 
 def run_command(argv: list[str] | None) -> int:
@@ -188,16 +196,17 @@ def run_command(argv: list[str] | None) -> int:
             # before anything else: the training restarts itself with tcmalloc preloaded
             from hpckit.common import memory
             memory.reexec_with_tcmalloc(sys.argv[1:] if argv is None else list(argv), args.allocator)
-        if args.command in ("check", "score", *TOOL_COMMANDS):
-            _stop_on_sigterm()
         if args.command == "check":
             from hpckit.common.compliance import main_check
-            return main_check(args)
+            with _stop_on_sigterm():
+                return main_check(args)
         if args.command == "score":
             from hpckit.results.score import main_score
-            return main_score(args)
+            with _stop_on_sigterm():
+                return main_score(args)
         if args.command in TOOL_COMMANDS:
-            return importlib.import_module(TOOL_COMMANDS[args.command][0]).main(args)
+            with _stop_on_sigterm():
+                return importlib.import_module(TOOL_COMMANDS[args.command][0]).main(args)
         if args.command == "train" and args.instances > 1:
             from hpckit.common.run import campaign_output_dir
             args.output_dir = str(campaign_output_dir(args.output_dir, args.instances))
