@@ -206,6 +206,16 @@ def test_a_missing_directory_or_a_directory_is_one_line(name, server, tmp_path):
     assert not (tmp_path / "nowhere").exists()
 
 
+def test_two_outputs_of_one_command_never_share_a_file(server, tmp_path):
+    """The writer lets a command write again a file it wrote: two of its options naming one
+    path would have the second replace the first. Refused in one line, nothing written."""
+    pub = _logs(tmp_path / "pub")
+    line = _one_line(server.run(["analyze", "--published", pub, "--json", tmp_path / "x.json", "--record",
+                                 tmp_path / "x.json"], cwd=tmp_path))
+    assert "--json and --record" in line and "x.json" in line, line
+    assert not (tmp_path / "x.json").exists()
+
+
 def test_the_writer_itself(tmp_path):
     """What the option types check at parse time, the writer checks again when it puts the
     file in place: a file this command wrote may be written again, nothing else; a marker

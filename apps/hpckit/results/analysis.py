@@ -629,6 +629,8 @@ def main(args) -> int:
 
     if not args.runs and not args.published:
         raise KitError("nothing to analyze: give RUN paths and/or --published PATH")
+    if args.json and args.record and os.path.abspath(args.json) == os.path.abspath(args.record):
+        raise KitError(f"--json and --record name the same file {args.record}: give each its own")
     seen: set = set()
     site_sets, site_facts = gather(args.runs, "site", seen)
     pub_sets, pub_facts = gather(args.published, "published", seen)
