@@ -83,10 +83,11 @@ DAMAGE = [("run_start:time_ms", float("nan"), "run_start time_ms"),
           ("metadata.epoch_num", 2.5, "epoch_num"),
           ("number_of_nodes", float("nan"), "number_of_nodes"),
           ("number_of_nodes", "many", "number_of_nodes"),
-          ("eval_error", "low", "eval_error")]
+          ("eval_error", "low", "eval_error"), ("eval_error", 10 ** 400, "eval_error"),
+          ("number_of_nodes", 10 ** 400, "number_of_nodes")]
 
 
-@pytest.mark.parametrize("key,value,needle", DAMAGE, ids=[f"{k}={v}" for k, v, _ in DAMAGE])
+@pytest.mark.parametrize("key,value,needle", DAMAGE, ids=[f"{k}={str(v)[:12]}" for k, v, _ in DAMAGE])
 def test_a_damaged_published_log_is_one_line_in_every_command(key, value, needle, server, tmp_path):
     """NaN, text, an infinity, a negative or fractional epoch number where every published
     log (3,657 of v0.7-v3.0) has an integer: score, analyze, project --validate, package
@@ -112,12 +113,13 @@ def test_a_damaged_published_log_is_one_line_in_every_command(key, value, needle
 RECORD = REPO / "apps" / "hpckit" / "results" / "convergence_record.json"
 RECORD_DAMAGE = [("epochs", [float("nan")], "points[0].epochs[0]"), ("epochs", ["twenty"], "points[0].epochs[0]"),
                  ("epochs", [-3, 20], "points[0].epochs[0]"), ("epochs", [], "points[0].epochs"),
+                 ("epochs", [20, 10 ** 400], "points[0].epochs[1]"),
                  ("global_batch_size", float("inf"), "points[0].global_batch_size"),
                  ("global_batch_size", "big", "points[0].global_batch_size"),
                  ("benchmark", None, "points[0].benchmark"), ("org", ["x"], "points[0].org")]
 
 
-@pytest.mark.parametrize("key,value,needle", RECORD_DAMAGE, ids=[f"{k}={v}" for k, v, _ in RECORD_DAMAGE])
+@pytest.mark.parametrize("key,value,needle", RECORD_DAMAGE, ids=[f"{k}={str(v)[:12]}" for k, v, _ in RECORD_DAMAGE])
 def test_a_damaged_convergence_record_is_one_line(key, value, needle, server, tmp_path):
     doc = json.loads(RECORD.read_text())
     doc["points"][0][key] = value

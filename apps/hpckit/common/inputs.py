@@ -28,6 +28,7 @@ from pathlib import Path
 
 from hpckit.common.errors import KitError
 
+LARGEST = 1e300              # beyond, an integer read from a file overflows the floats it is used in
 MAX_INPUT_BYTES = 1 << 30      # no input the kit reads is near this; a larger one is refused, not read
 
 
@@ -144,6 +145,8 @@ def number(value, what: str, key: str, *, minimum: float | None = None, positive
         raise KitError(f"{what}: {key}: expected a number, got {_type_name(value)} {_show(value)}")
     if isinstance(value, float) and not math.isfinite(value):
         raise KitError(f"{what}: {key}: {_show(value)} is not a finite number")
+    if abs(value) > LARGEST:    # an integer a float cannot hold: every reader computes in floats
+        raise KitError(f"{what}: {key}: {_show(value)} is too large a number")
     if integer and not (isinstance(value, int) or float(value).is_integer()):
         raise KitError(f"{what}: {key}: {_show(value)} is not a whole number")
     if positive and not value > 0:

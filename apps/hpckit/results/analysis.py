@@ -405,10 +405,11 @@ def points_to_json(points: list[Point]) -> list[dict]:
 
 def _point_spec() -> dict:
     """The types `analyze --record` writes for a point (hpckit.common.inputs.conform)."""
-    from hpckit.common.inputs import POSITIVE_INT, ListOf, Num, Opt
+    from hpckit.common.inputs import ListOf, Num, Opt
     count = Num(positive=True, integer=True, maximum=2 ** 53)
+    epochs = Num(positive=True, integer=True, maximum=10 ** 6)    # epochs to converge: never near a million
     return {"benchmark": str, "dataset": str, "origin": str, "round": Opt(str), "org": str, "system": str,
-            "division": str, "scaling": str, "global_batch_size": count, "epochs": ListOf(POSITIVE_INT),
+            "division": str, "scaling": str, "global_batch_size": count, "epochs": ListOf(epochs),
             "train_samples": Opt(count), "eval_samples": Opt(count)}
 
 

@@ -128,6 +128,8 @@ def _check_numbers(rec: dict, path: Path, n: int) -> None:
         # a diverged run logs NaN (the kit's runs do): a number that never reaches a target
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise KitError(f"{where}: line {n}: {key}: expected a number, got {value!r:.60}")
+        if isinstance(value, int):
+            number(value, where, f"line {n}: {key}")      # an integer beyond what a float holds
 
 
 def _records(path: Path) -> list[dict]:
