@@ -137,7 +137,7 @@ def test_staging_onto_a_full_disk(tiny, full_fs, tmp_path):
 
 @pytest.mark.parametrize("benchmark, extra", [
     ("cosmoflow", ["--size", "16"]), ("cosmoflow", ["--size", "16", "--format", "npy"]),
-    ("deepcam", ["--height", "32", "--width", "48"])])
+    ("deepcam", ["--height", "32", "--width", "48"]), ("oc20", ["--config", "mini"])])
 def test_datagen_onto_a_full_disk(full_fs, benchmark, extra):
     fs = full_fs.fill(8192)
     before = snapshot(fs)
@@ -146,6 +146,8 @@ def test_datagen_onto_a_full_disk(full_fs, benchmark, extra):
     after = snapshot(fs)
     assert all(after.get(p) == h for p, h in before.items())
     assert not [p for p in after if p.endswith(".tmp")], "a partial file was left"
+    # an LMDB is written in place: the one cut short is removed, with its lock file
+    assert not [p for p in after if p.endswith((".lmdb", ".lmdb-lock"))], "a partial LMDB was left"
 
 
 def test_results_commands_onto_a_full_disk(tiny, full_fs, tmp_path):

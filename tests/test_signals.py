@@ -6,7 +6,8 @@ closed by run_stop aborted (from run_start on: before it there is no timed regio
 close), summary.json saying aborted, and nothing of the run left in the stage directory,
 whose own file stays as it was. Every staging path, copies and CosmoFlow's decoded .npy
 (data.stage_decode), also meets a real full disk (a tmpfs this test mounts; root, as in
-tests/test_full_disk.py) and says so in one line naming the node and the file."""
+tests/test_full_disk.py) and says so in one line naming the node and the file; so does
+OpenCatalyst's node share staged as one LMDB."""
 
 from __future__ import annotations
 
@@ -42,6 +43,20 @@ def _tiny_dataset(root, size: int):
 @pytest.fixture(scope="module")
 def tiny_cf(tmp_path_factory):
     return _tiny_dataset(tmp_path_factory.mktemp("signals") / "cf", 16)
+
+
+@pytest.fixture(scope="module")
+def tiny_oc20(tmp_path_factory):
+    out = tmp_path_factory.mktemp("signals") / "oc20"
+    run_hpckit("datagen", "oc20", "--config", "mini", "--out", out, "--train", 16, "--valid", 8, "--seed", 1,
+               "--workers", 1, check=True)
+    return out
+
+
+def oc20_args(data, out, stage_dir):
+    return ["train", "oc20", "--data", data, "--config", "mini", "--output-dir", out, "--seed", 1,
+            "--stage-dir", stage_dir, *NO_ALLOCATOR_RESTART, "--set", "data.n_train=16", "--set", "data.n_valid=8",
+            "--set", "train.n_epochs=1"]
 
 
 def train_args(data, out, stage_dir, *extra):
@@ -94,21 +109,24 @@ PHASE_KEYS = {"init": ("init_start", "init_stop"), "before-staging": ("run_start
               "staging": ("staging_start", "staging_stop"), "train": ("epoch_start", "eval_start"),
               "eval": ("eval_start", "eval_stop")}
 
-CASES = [("init", "SIGTERM", []), ("before-staging", "SIGINT", []), ("staging", "SIGTERM", []),
-         ("staging", "SIGTERM", DECODE), ("staging", "SIGINT", DECODE), ("train", "SIGTERM", []),
-         ("train", "SIGINT", []), ("eval", "SIGTERM", []), ("eval", "SIGINT", [])]
+# (phase, signal, staged as): CosmoFlow's copies or decoded .npy, OpenCatalyst's LMDB
+CASES = [("init", "SIGTERM", "copies"), ("before-staging", "SIGINT", "copies"), ("staging", "SIGTERM", "copies"),
+         ("staging", "SIGTERM", "decoded"), ("staging", "SIGINT", "decoded"), ("staging", "SIGTERM", "lmdb"),
+         ("train", "SIGTERM", "copies"), ("train", "SIGINT", "copies"), ("eval", "SIGTERM", "copies"),
+         ("eval", "SIGINT", "copies")]
 
 
-@pytest.mark.parametrize("phase, signame, extra", CASES,
-                         ids=[f"{p}-{s}{'-decoded' if e else ''}" for p, s, e in CASES])
-def test_a_stop_signal_in_any_phase(tiny_cf, tmp_path, phase, signame, extra):
+@pytest.mark.parametrize("phase, signame, staged", CASES, ids=[f"{p}-{s}-{how}" for p, s, how in CASES])
+def test_a_stop_signal_in_any_phase(request, tmp_path, phase, signame, staged):
     stage = tmp_path / "scratch"
     stage.mkdir()
     (stage / "keep.txt").write_text("a file that was here before\n")
     out = tmp_path / "out"
-    proc, where = signalled_run(tmp_path, phase, signame, train_args(tiny_cf, out, stage, *extra))
+    args = (oc20_args(request.getfixturevalue("tiny_oc20"), out, stage) if staged == "lmdb" else
+            train_args(request.getfixturevalue("tiny_cf"), out, stage, *(DECODE if staged == "decoded" else [])))
+    proc, where = signalled_run(tmp_path, phase, signame, args)
     if phase == "staging":
-        assert ("decoded" if extra else "copied") in where, where
+        assert {"copies": "copied", "decoded": "decoded", "lmdb": "lmdb record"}[staged] in where, where
     assert "Traceback" not in proc.stderr + proc.stdout, proc.stderr[-3000:]
     assert proc.returncode == EXIT[signame], (where, proc.returncode, proc.stderr[-3000:])
     lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
@@ -146,6 +164,17 @@ def test_staging_onto_a_full_disk_names_the_node_and_file(tmp_path, full_fs, ext
     assert named.endswith((".x.npy", ".y.npy") if extra else ".tfrecord"), line
     assert sorted(p.name for p in fs.iterdir()) == ["filler", "keep.txt"], "staging left files behind"
     assert json.loads((tmp_path / "out" / "summary.json").read_text())["status"] == "aborted"
+
+
+@pytest.mark.parametrize("free", [4096, 40_000])
+def test_a_node_share_staged_as_lmdb_onto_a_full_disk(tiny_oc20, full_fs, tmp_path, free):  # noqa: F811
+    """OpenCatalyst's staged LMDB: a write LMDB cannot start (ENOSPC) or one cut short (which
+    LMDB reports as EIO) is a full disk in one line, not lmdb's traceback."""
+    fs = full_fs.fill(free)
+    proc = run_hpckit(*oc20_args(tiny_oc20, tmp_path / "out", fs))
+    line = assert_one_disk_line(proc, fs / "hpckit-stage-")
+    assert f"node {socket.gethostname()}: staging: " in line and "data.0000.lmdb: No space" in line, line
+    assert sorted(p.name for p in fs.iterdir()) == ["filler", "keep.txt"], "staging left files behind"
 
 
 def test_decoded_staging_detects_a_short_write_as_a_full_disk(full_fs, tmp_path):  # noqa: F811

@@ -40,7 +40,7 @@ from pathlib import Path
 
 import numpy as np
 
-from hpckit.common.errors import KitError
+from hpckit.common.errors import KitError, disk_error
 
 PYG_MODULE = "torch_geometric.data.data"
 PYG_CLASS = "Data"
@@ -122,21 +122,49 @@ def write_lmdb(path: Path, records) -> int:
     import lmdb
     if path.exists():
         raise KitError(f"{path}: exists; datagen writes only into a new directory")
-    env = lmdb.open(str(path), map_size=MAP_SIZE, subdir=False, meminit=False, map_async=True)
     try:
-        with env.begin(write=True) as txn:
-            n = 0
-            for rec in records:
-                txn.put(f"{n}".encode("ascii"), rec)
-                n += 1
-            txn.put(LENGTH_KEY, pickle.dumps(n, protocol=-1))
-        env.sync()
-    finally:
-        env.close()
+        env = lmdb.open(str(path), map_size=MAP_SIZE, subdir=False, meminit=False, map_async=True)
+        try:
+            with env.begin(write=True) as txn:
+                n = 0
+                for rec in records:
+                    txn.put(f"{n}".encode("ascii"), rec)
+                    n += 1
+                txn.put(LENGTH_KEY, pickle.dumps(n, protocol=-1))
+            env.sync()
+        finally:
+            env.close()
+    except BaseException as e:   # complete or absent: what this call wrote goes
+        for made in (path, Path(str(path) + "-lock")):
+            try:
+                made.unlink()
+            except OSError:
+                pass
+        if isinstance(e, lmdb.Error):
+            raise _write_error(e, path) from None
+        raise
     lock = Path(str(path) + "-lock")
     if lock.exists():   # subdir=False with locking leaves data.NNNN.lmdb-lock beside it
         lock.unlink()
     return path.stat().st_size
+
+
+def _write_error(e: Exception, path: Path) -> KitError:
+    """LMDB's failure to write `path` as one line; a full disk as one (disk_error): LMDB
+    reports ENOSPC where a write failed outright (lmdb.DiskError) but EIO where it was cut
+    short, so the file system's free space decides (none left: it was full)."""
+    import errno
+    import os
+
+    import lmdb
+    try:
+        st = os.statvfs(path.parent)
+        full = st.f_bavail * st.f_frsize < (1 << 16)
+    except OSError:
+        full = False
+    if isinstance(e, lmdb.DiskError) or full:
+        return disk_error(OSError(errno.ENOSPC, os.strerror(errno.ENOSPC)), path)
+    return KitError(f"{path}: writing the LMDB failed ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
 
 
 # ----------------------------------------------------------------- reading
