@@ -123,8 +123,8 @@ def test_datagen_workers_do_not_outlive_it(tmp_path, signame):
     proc = subprocess.Popen([sys.executable, "-m", "hpckit", "datagen", "cosmoflow", "--out", str(out),
                              "--train", "400", "--valid", "8", "--size", "64", "--workers", "2"],
                             cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 120
-    while time.monotonic() < deadline and not (out / "train").is_dir() or len(list((out / "train").iterdir())) < 3:
+    deadline = time.monotonic() + 120   # a hang guard: the wait ends when 3 samples are there
+    while not (out / "train").is_dir() or len(list((out / "train").iterdir())) < 3:
         assert proc.poll() is None and time.monotonic() < deadline, proc.stderr.read() if proc.poll() else "slow"
         time.sleep(0.2)
     workers = _children(proc.pid)
