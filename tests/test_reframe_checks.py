@@ -28,7 +28,7 @@ SETTINGS = 'site_profiles/local/settings.py'
 REFERENCES = 'site_profiles/local/references.yaml'
 FRAMEWORKS = ('tensorflow', 'pytorch')                   # CosmoFlow's variants
 VARIANTS = [('CosmoFlowCheck', 'tensorflow'), ('CosmoFlowCheck', 'pytorch'),
-            ('DeepCAMCheck', 'pytorch')]
+            ('DeepCAMCheck', 'pytorch'), ('OC20Check', 'pytorch')]
 TRAINING_TIMEOUT_S = 3600
 
 
@@ -130,11 +130,11 @@ def test_full_run_passes(full_run):
     # no references calibrated on this machine: judged on correctness, told how to calibrate
     assert re.search(r'^site profile local: no performance references for this machine .*'
                      r'Calibrate: make calibrate PROFILE=local$', out, re.M), out
-    assert re.search(r'^\[\s+PASSED\s+\] Ran 5/5 test case', out, re.M), out
+    assert re.search(r'^\[\s+PASSED\s+\] Ran 7/7 test case', out, re.M), out
     for check, fw in VARIANTS:
         assert ok_line(check, fw).search(out), out
-    assert len(re.findall(r'^\[\s+OK \] \(\d/5\) CosmoFlowData ', out, re.M)) == 1
-    assert len(re.findall(r'^\[\s+OK \] \(\d/5\) DeepCAMData ', out, re.M)) == 1
+    for fixture in ('CosmoFlowData', 'DeepCAMData', 'OC20Data'):
+        assert len(re.findall(rf'^\[\s+OK \] \(\d/7\) {fixture} ', out, re.M)) == 1
 
     # ReFrame's results database (site_common.STORAGE) holds the session and its figures
     session = re.search(r'^Current session stored with UUID: (\S+)$', out, re.M)
