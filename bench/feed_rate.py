@@ -12,26 +12,34 @@ synthetic samples written by hpckit's datagen (CosmoFlow 128^3 x 4 int16 as GZIP
 DeepCAM 768 x 1152 x 16 HDF5; a few distinct samples, hard-linked to N names), staged into a
 stage directory as `hpckit train --stage-dir` stages them (staging.copy_files: copies;
 cosmoflow data.decode_into: data.stage_decode), read by the kit's torch_loader for a CUDA
-device (loader worker processes, the raw int16 counts / fields as read, collation into
-shared memory), pinned, and copied to the device by data.to_device. Without CUDA the
-pinning and the host-to-device copy are stood in for by one copy of each batch into a
-page-locked (mlock) buffer of the batch's size, in a thread of the main process as
-DataLoader's pin-memory thread; with CUDA they are real (DataLoader pin_memory, a
-non_blocking .to('cuda') and the device-side transform). The consumer stands in for the
-GPU step: each batch, once it is there, takes batch / rate seconds (a sleep), so the
-sustained rate is min(rate, what the path delivers). Page cache warm (the staged copies
-were just written), as a node-local stage dir on NVMe reads.
+device (raw int16 counts / fields as read), in one of two feeds:
+  threads    the kit's GPU path (common/feed.py): `data.loader_workers` reader threads of the
+             training process write each sample straight into a ring of pinned batch buffers
+  processes  DataLoader worker processes collating into shared memory, and its pin-memory
+             thread copying each batch into pinned memory
+  today      (--today) as before issue 32: processes shipping float32 transformed on the CPU
+and copied to the device by data.to_device. With CUDA all of it is real (pinned memory, a
+non_blocking .to('cuda'), the device-side transform). Without, pinned memory is stood in for
+by page-locked (mlock) buffers: the threads' batch buffers themselves, and for the processes
+a copy of each batch into a page-locked buffer of its size, in a thread of the main process
+as DataLoader's pin-memory thread; the copy to the device is a DMA that costs the host no CPU.
+The consumer stands in for the GPU step (GpuClock): a step of batch / rate seconds starts
+once its batch is there and the last step ended, so the sustained rate is min(rate, what the
+path delivers). Page cache warm (the staged copies were just written), as a node-local
+stage dir on NVMe reads. One long epoch per figure (after a warm-up epoch over the files),
+drawn from the files again and again, so the pipeline does not drain every few dozen samples.
 
-Per format and worker count W the table gives: sustained samples/s; the loader workers' CPU
-time per sample and the main process's (all its threads: pin thread, receiving batches,
-copies; not the training loop's kernel launches, which the lead measures on the GPU), from
-/proc; the per-core rate = 1 / worker CPU time per sample. The summary: cores one GPU needs
-at a rate R = R x (worker + main CPU seconds per sample), taking the largest CPU time per
-sample measured over the worker counts; NVIDIA's v3.0 eos H100 rates (206 CosmoFlow
-samples/s at local batch 1, 30 DeepCAM at 1, 82 at 8: ../shared facts, hpc_results_v3.0)
-and the rates of the kit's step given with --step-rate; and whether it fits in the 14 cores
-an eos node gives each H100 (2 x 56-core Xeon 8480C per 8 H100). A `today` row (with
---today) reads as the kit did before issue 32: float32 transformed in the workers.
+Per format, feed and worker count W the table gives: sustained samples/s; the share of the
+time the GPU waited for data; CPU ms per sample of the loader worker processes and of the
+main process (all its threads: readers, pin thread, receiving batches; not the training
+loop's kernel launches, which `make gpu-check` measures on the GPU), and of its busiest
+thread, from /proc; per core = samples per CPU second of the whole path. The summary: cores
+one GPU needs at a rate R = R x CPU seconds per sample (the largest measured over the worker
+counts), and the rate the busiest thread allows (one thread runs on one core at most), at
+NVIDIA's v3.0 eos H100 rates (206 CosmoFlow samples/s at local batch 1, 30 DeepCAM at 1, 82
+at 8: hpc_results_v3.0, ../shared facts) and the rates of the kit's step given with
+--step-rate; a format fits if both hold within the 14 cores an eos node gives each H100 (2 x
+56-core Xeon 8480C per 8 H100).
 
 The header says the machine, CPU model and flags, load at start, torch, the device, and
 /dev/shm. Bad arguments: one line, exit 2.
@@ -142,6 +150,12 @@ def self_cpu() -> float:
 
 
 # ---------------------------------------------------------------- the pinned-copy stand-in
+
+def lock(t) -> bool:
+    """mlock a tensor's memory (page-locked, as pinned memory is); whether it worked."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    return libc.mlock(ctypes.c_void_p(t.data_ptr()), ctypes.c_size_t(t.nbytes)) == 0
+
 
 def locked_buffer(nbytes: int):
     """A page-locked host buffer (mlock), as pinned memory is; (torch uint8 tensor, locked?)."""
@@ -255,8 +269,10 @@ def measure(make_loader, n_files: int, batch: int, workers: int, rate: float, de
     (0: no wait). Returns sustained samples/s (samples over the time until the GPU's last
     step ends), the share of it the GPU waited for data, and CPU per sample."""
     import torch
+    from hpckit.common.feed import PinnedBatches
     sampler = Epochs(n_files)
     loader = make_loader(sampler)
+    threads = isinstance(loader, PinnedBatches)
     if cuda:
         from hpckit.cosmoflow import data as cdata
         from hpckit.deepcam import data as ddata
@@ -271,6 +287,19 @@ def measure(make_loader, n_files: int, batch: int, workers: int, rate: float, de
                 clock.step(len(xd))
                 done.synchronize()   # the previous step's inputs were on the device before it ended
                 n += len(xd)
+            return n
+    elif threads:   # the readers write into the batch buffers the host-to-device copy reads: page-locked here
+        pinned = loader
+        pinned.locked, pinned.cpu = True, 0.0
+
+        def epoch(clock):
+            n = 0
+            for x, y in loader:
+                if pinned.locked is True:
+                    pinned.locked = all(lock(t) for slot in loader._slots for t in slot)
+                got = len(y)
+                clock.step(got)
+                n += got
             return n
     else:
         pinned = PinStandIn(loader, prefetch + 1)
@@ -297,7 +326,7 @@ def measure(make_loader, n_files: int, batch: int, workers: int, rate: float, de
     wall = clock.free - t0
     w1, m1, th1 = sum(map(proc_cpu, pids)), self_cpu(), thread_cpu()
     busiest = max([th1[t] - th0.get(t, 0.0) for t in th1] + [0.0 if cuda else pinned.cpu - pin0])
-    locked = getattr(pinned, "locked", True) if not cuda else True
+    locked = bool(getattr(pinned, "locked", True)) if not cuda else True
     del loader
     gc.collect()
     return {"samples": n, "seconds": wall, "sustained": n / wall, "gpu_waited": clock.waited / wall,
@@ -370,7 +399,7 @@ def staged_deepcam(work: Path, n: int, distinct: int, height: int, width: int, l
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--quick", action="store_true",
-                   help="the lent GPU machine's short run: workers 2,6,12,14, 2 s per figure")
+                   help="the lent GPU machine's short run: threads 2,6,12,14, processes 12, 2 s per figure")
     p.add_argument("--workers", help="loader worker counts (default 1,2; --quick 2,6,12,14)")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"of {', '.join(FORMATS)} (default all)")
     p.add_argument("--cosmoflow", type=int, help="CosmoFlow sample files (default 64)")
@@ -384,12 +413,20 @@ def main() -> int:
     p.add_argument("--seconds", type=float, help="about this many seconds timed per figure, one epoch (default 4; --quick 2)")
     p.add_argument("--tiny", action="store_true", help="tiny samples (CosmoFlow 16^3, DeepCAM 32 x 48): the tests' "
                    "dry run, no figure of the reference sizes")
-    p.add_argument("--today", action="store_true", help="also the path before issue 32 (float32 from the workers)")
+    p.add_argument("--feeds", default="threads,processes",
+                   help="threads (the GPU path: reader threads into pinned batch buffers), processes (DataLoader "
+                        "workers and its pin thread); default both")
+    p.add_argument("--today", action="store_true", help="also the path before issue 32 (float32 from DataLoader "
+                   "workers, one worker count)")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
     p.add_argument("--workdir", help="where the datasets go (default a new temporary directory, removed)")
     p.add_argument("--json", help="write every figure to this file")
     args = p.parse_args()
     workers = int_list(args.workers or ("2,6,12,14" if args.quick else "1,2"), "--workers", 1)
+    process_workers = [12] if args.quick and not args.workers else workers
+    feeds = [f for f in args.feeds.split(",") if f]
+    if not feeds or set(feeds) - {"threads", "processes"}:
+        bad(f"--feeds {args.feeds!r}: a comma-separated list of threads, processes")
     formats = [f for f in args.formats.split(",") if f]
     if not formats or set(formats) - set(FORMATS):
         bad(f"--formats {args.formats!r}: a comma-separated list of {', '.join(FORMATS)}")
@@ -445,33 +482,35 @@ def main() -> int:
         log(f"# consumer: a GPU step of batch / rate seconds starts once its batch is there and the last step ended; "
             f"one epoch of about {seconds:g} s timed per figure, after a warm-up epoch over the files; CPU ms per "
             "sample from /proc: loader workers, the main process (all its threads) and its busiest thread")
-        log(f"{'benchmark':<10} {'format':<22} {'batch':>5} {'workers':>7} {'consumer':>8} {'sustained':>9} "
-            f"{'GPU idle':>8} {'worker ms':>9} {'main ms':>7} {'thread ms':>9} {'per core':>8}  samples/s, % of the "
-            "time, CPU ms per sample")
+        log(f"{'benchmark':<10} {'format':<14} {'feed':<9} {'batch':>5} {'workers':>7} {'consumer':>8} "
+            f"{'sustained':>9} {'GPU idle':>8} {'worker ms':>9} {'main ms':>7} {'thread ms':>9} {'per core':>8}  "
+            "samples/s, % of the time, CPU ms per sample")
         cfgs = {"cosmoflow": load_config("cosmoflow", "reference", [f"data.sample_size={size}"]),
                 "deepcam": load_config("deepcam", "reference", [f"data.height={height}", f"data.width={width}"])}
+        variants = [(feed, True, feed, process_workers if feed == "processes" else workers) for feed in feeds]
+        if args.today:
+            variants.append(("today", False, "processes", workers[:1]))
         for fmt in formats:
             bench = FORMATS[fmt][0]
             for b in batches[bench]:
                 rate = rates.get(bench) or NVIDIA_H100.get((bench, b)) or NVIDIA_H100[(bench, 1)]
-                variants = [("", True)] + ([(" today", False)] if args.today else [])
-                for suffix, raw in variants:
-                    for w in (workers if raw else workers[:1]):
+                for label, raw, feed, counts in variants:
+                    for w in counts:
                         cfg = copy.deepcopy(cfgs[bench])
                         cfg["data"].update(batch_size=b, loader_workers=w)
                         if bench == "cosmoflow":
-                            def make(sampler, cfg=cfg, split=splits[fmt], raw=raw):
+                            def make(sampler, cfg=cfg, split=splits[fmt], raw=raw, feed=feed):
                                 return cdata.torch_loader(split, cfg, True, 0, sampler, device=device,
-                                                          device_transform=raw)
+                                                          device_transform=raw, feed=feed)
                         else:
-                            def make(sampler, cfg=cfg, split=splits[fmt], raw=raw):
+                            def make(sampler, cfg=cfg, split=splits[fmt], raw=raw, feed=feed):
                                 return ddata.torch_loader(split, stats, cfg, True, 0, sampler, device=device,
-                                                          device_transform=raw)
+                                                          device_transform=raw, feed=feed)
                         r = measure(make, len(splits[fmt]), b, w, rate, device, cuda, seconds, cfg["data"]["prefetch"])
-                        r.update(bench=bench, fmt=fmt + suffix, batch=b, workers=w, consumer=rate, raw=raw)
+                        r.update(bench=bench, fmt=fmt, feed=label, batch=b, workers=w, consumer=rate, raw=raw)
                         rows.append(r)
-                        per_core = 1000 / max(r["worker_ms"], 1e-6)
-                        log(f"{bench:<10} {fmt + suffix:<22} {b:>5} {w:>7} {rate:>8.0f} {r['sustained']:>9.1f} "
+                        per_core = 1000 / max(r["worker_ms"] + r["main_ms"], 1e-6)
+                        log(f"{bench:<10} {fmt:<14} {label:<9} {b:>5} {w:>7} {rate:>8.0f} {r['sustained']:>9.1f} "
                             f"{100 * r['gpu_waited']:>7.0f}% {r['worker_ms']:>9.1f} {r['main_ms']:>7.1f} "
                             f"{r['thread_ms']:>9.1f} {per_core:>8.1f}"
                             + ("" if r["locked"] else "  (buffer not page-locked: mlock refused)"))
@@ -490,17 +529,17 @@ def main() -> int:
 
 
 def summarise(rows: list[dict], step_rates: dict, log) -> list[dict]:
-    """Cores per GPU at each rate, from the largest CPU time per sample measured for the format,
-    and the ceiling of the main process's busiest thread (one thread runs on one core at most)."""
+    """Cores per GPU at each rate, from the largest CPU time per sample measured for the format
+    and feed, and the ceiling of the busiest thread of the main process (one thread runs on
+    one core at most)."""
     out = []
-    log("# cores one GPU needs = rate x (worker + main CPU seconds per sample), the largest measured over the "
-        f"worker counts; an eos node gives each H100 {CORES_PER_H100}; the main process's busiest thread (the pin "
-        "thread or the loop receiving batches) caps the rate at 1 / its CPU seconds per sample")
-    for key in dict.fromkeys((r["bench"], r["fmt"], r["batch"]) for r in rows):
-        mine = [r for r in rows if (r["bench"], r["fmt"], r["batch"]) == key]
-        bench, fmt, batch = key
-        worker_ms = max(max(r["worker_ms"] for r in mine), 1e-6)
-        main_ms = max(r["main_ms"] for r in mine)
+    log("# cores one GPU needs = rate x CPU seconds per sample (workers + main process, the largest measured over "
+        f"the worker counts); an eos node gives each H100 {CORES_PER_H100}; the main process's busiest thread "
+        "(DataLoader's pin thread, a reader, or the loop) caps the rate at 1 / its CPU seconds per sample")
+    for key in dict.fromkeys((r["bench"], r["fmt"], r["feed"], r["batch"]) for r in rows):
+        mine = [r for r in rows if (r["bench"], r["fmt"], r["feed"], r["batch"]) == key]
+        bench, fmt, feed, batch = key
+        cpu_ms = max(max(r["worker_ms"] + r["main_ms"] for r in mine), 1e-6)
         ceiling = 1000 / max(max(r["thread_ms"] for r in mine), 1e-6)
         targets = [(f"NVIDIA H100 {NVIDIA_H100[(bench, batch)]:g}", NVIDIA_H100[(bench, batch)])] \
             if (bench, batch) in NVIDIA_H100 else []
@@ -508,16 +547,15 @@ def summarise(rows: list[dict], step_rates: dict, log) -> list[dict]:
             targets.append((f"kit step {step_rates[bench]:g}", step_rates[bench]))
         best = max(mine, key=lambda r: r["sustained"])
         for label, rate in targets:
-            cores = rate * (worker_ms + main_ms) / 1000
-            workers = rate * worker_ms / 1000
+            cores = rate * cpu_ms / 1000
             fits = cores <= CORES_PER_H100 and ceiling >= rate
-            log(f"{bench:<10} {fmt:<22} batch {batch}: {label} samples/s needs {cores:.1f} cores ({workers:.1f} "
-                f"workers at {1000 / worker_ms:.1f} samples/s per core + {rate * main_ms / 1000:.1f} main process, "
-                f"its busiest thread up to {ceiling:.0f} samples/s): {'fits' if fits else 'does NOT fit'} in "
-                f"{CORES_PER_H100}; sustained here {best['sustained']:.1f} with {best['workers']} workers")
-            out.append({"bench": bench, "fmt": fmt, "batch": batch, "target": label, "rate": rate, "cores": cores,
-                        "worker_cores": workers, "per_core": 1000 / worker_ms, "main_ms": main_ms,
-                        "thread_ceiling": ceiling, "fits": fits, "best_sustained": best["sustained"]})
+            log(f"{bench:<10} {fmt:<14} {feed:<9} batch {batch}: {label} samples/s needs {cores:.1f} cores "
+                f"({1000 / cpu_ms:.1f} samples/s per core, the busiest thread up to {ceiling:.0f} samples/s): "
+                f"{'fits' if fits else 'does NOT fit'} in {CORES_PER_H100}; sustained here {best['sustained']:.1f} "
+                f"with {best['workers']} workers")
+            out.append({"bench": bench, "fmt": fmt, "feed": feed, "batch": batch, "target": label, "rate": rate,
+                        "cores": cores, "per_core": 1000 / cpu_ms, "thread_ceiling": ceiling, "fits": fits,
+                        "best_sustained": best["sustained"]})
     return out
 
 

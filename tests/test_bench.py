@@ -234,8 +234,9 @@ NO_TENSORFLOW = ("import runpy, sys; sys.modules['tensorflow'] = None; sys.argv 
 
 def test_feed_rate_prints_every_figure_without_tensorflow(tmp_path):
     """The whole GPU data path at tiny sizes, TensorFlow unimportable (the lent GPU machine has
-    none): every format's row per worker count and the `today` row, the cores per H100 at
-    NVIDIA's rates and at a given step rate, the JSON, and the work directory removed."""
+    none): every format's row per feed (reader threads, DataLoader processes, and the path
+    before issue 32), the cores per H100 at NVIDIA's rates and at a given step rate, the JSON,
+    and the work directory kept as --workdir asks."""
     out = tmp_path / "feed.json"
     proc = subprocess.run([sys.executable, "-c", NO_TENSORFLOW, str(REPO / "bench" / "feed_rate.py"), "--tiny",
                            "--workers", "1", "--cosmoflow", "4", "--deepcam", "16", "--seconds", "0.05", "--today",
@@ -247,29 +248,53 @@ def test_feed_rate_prints_every_figure_without_tensorflow(tmp_path):
     cases = [("cosmoflow", "gzip-tfrecord", 1), ("cosmoflow", "stage-decode", 1), ("deepcam", "hdf5", 1),
              ("deepcam", "hdf5", 8)]
     for bench, fmt, batch in cases:
-        for variant in (fmt, f"{fmt} today"):
-            row = (rf"{bench}\s+{variant}\s+{batch}\s+1\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}%\s+{NUMBER}\s+{NUMBER}\s+"
+        for feed in ("threads", "processes", "today"):
+            row = (rf"{bench}\s+{fmt}\s+{feed}\s+{batch}\s+1\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}%\s+{NUMBER}\s+{NUMBER}\s+"
                    rf"{NUMBER}\s+{NUMBER}")
             assert sum(bool(re.fullmatch(row, line)) for line in lines) == 1, (row, proc.stdout)
-        nvidia = {("cosmoflow", 1): 206, ("deepcam", 1): 30, ("deepcam", 8): 82}[(bench, batch)]
-        summary = (rf"{bench}\s+{fmt}\s+batch {batch}: NVIDIA H100 {nvidia} samples/s needs {NUMBER} cores "
-                   rf"\({NUMBER} workers at {NUMBER} samples/s per core \+ {NUMBER} main process, its busiest thread "
-                   rf"up to {NUMBER} samples/s\): (fits|does NOT fit) in 14; .*")
-        assert sum(bool(re.fullmatch(summary, line)) for line in lines) == 1, (summary, proc.stdout)
-    assert sum(bool(re.match(r"cosmoflow\s+\S+( today)?\s+batch 1: kit step 144 samples/s needs", line))
-               for line in lines) == 4
+            nvidia = {("cosmoflow", 1): 206, ("deepcam", 1): 30, ("deepcam", 8): 82}[(bench, batch)]
+            summary = (rf"{bench}\s+{fmt}\s+{feed}\s+batch {batch}: NVIDIA H100 {nvidia} samples/s needs {NUMBER} cores "
+                       rf"\({NUMBER} samples/s per core, the busiest thread up to {NUMBER} samples/s\): "
+                       rf"(fits|does NOT fit) in 14; .*")
+            assert sum(bool(re.fullmatch(summary, line)) for line in lines) == 1, (summary, proc.stdout)
+    assert sum(bool(re.match(r"cosmoflow\s+\S+\s+\S+\s+batch 1: kit step 144 samples/s needs", line))
+               for line in lines) == 6
     assert re.search(rf"^# staging: copies {NUMBER} samples/s .* data.stage_decode {NUMBER} samples/s", proc.stdout, re.M)
     saved = json.loads(out.read_text())
-    assert len(saved["rows"]) == 8 and all(r["sustained"] > 0 and r["worker_ms"] > 0 for r in saved["rows"])
-    assert len(saved["summary"]) == 12   # each row's NVIDIA rate, and the step rate for CosmoFlow's four
+    assert len(saved["rows"]) == 12 and all(r["sustained"] > 0 and r["main_ms"] > 0 for r in saved["rows"])
+    assert all(r["worker_ms"] > 0 for r in saved["rows"] if r["feed"] != "threads")
+    assert len(saved["summary"]) == 18   # each row's NVIDIA rate, and the step rate for CosmoFlow's six
     assert list((tmp_path / "work").iterdir()) and saved["flags"]   # --workdir given: kept
 
 
 @pytest.mark.parametrize("args,named", [(["--workers", "0"], "--workers '0'"), (["--formats", "npz"], "--formats 'npz'"),
                                         (["--rate", "cosmoflow=0"], "--rate 'cosmoflow=0'"),
                                         (["--batch", "deepcam=x"], "--batch 'x'"),
+                                        (["--feeds", "gpu"], "--feeds 'gpu'"),
                                         (["--deepcam", "3"], "--deepcam 3")])
 def test_feed_rate_bad_argument_is_one_line(args, named):
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "feed_rate.py"), *args],
                           capture_output=True, text=True, timeout=60, cwd=REPO)
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and named in proc.stderr, proc.stderr
+
+
+def test_gpu_check_dry_runs_every_part():
+    """`make gpu-check DRY=1`: every part of the GPU check (the step, from files, the mini
+    trainings deterministic twice, torchrun, the ReFrame checks as --dry-run) on the CPU at
+    tiny sizes, so that the command a lent GPU runs does not rot; no figure is judged."""
+    env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    proc = subprocess.run(["make", "--no-print-directory", "gpu-check", "DRY=1", f"GPU_PYTHON={sys.executable}"],
+                          capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    # the final table: | part | case | status | figures |
+    rows = [[c.strip() for c in line.strip("|").split("|")] for line in proc.stdout.splitlines()
+            if line.startswith("| ") and not line.startswith("| part ")]
+    assert {r[0] for r in rows} == {"step", "e2e", "mini", "torchrun", "reframe"}, proc.stdout
+    assert not [r for r in rows if r[2] in ("ERROR", "FAIL")], proc.stdout
+    text = proc.stdout
+    assert text.startswith("# gpu_check host ") and "DRY RUN on the CPU" in text.splitlines()[0], text[:500]
+    assert re.search(r"step +deepcam kit fp32 b1 .* ok +" + NUMBER + " samples/s", text), text
+    assert re.search(r"step +deepcam kit fp16 b1 +REFUSED|step +deepcam kit fp16 b1 .* ok", text), text
+    assert re.search(r"mini +deepcam deterministic twice: same curve +PASS", text), text
+    assert re.search(r"reframe +CosmoFlowCheck %framework=pytorch +DRY", text), text
+    assert re.search(r"reframe +DeepCAMCheck %framework=pytorch +DRY", text), text

@@ -261,21 +261,38 @@ def _pinned(device) -> bool:
 
 
 def torch_loader(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler=None, device=None,
-                 device_transform: bool | None = None):
+                 device_transform: bool | None = None, feed: str = "threads"):
     """Batches (x, y) of `split` in the order of `sampler` (hpckit.common.run.EpochSampler;
     without one all of `split`, reshuffled every epoch when training), for `to_device`.
 
-    For a CUDA `device` the batches come in pinned host memory (DataLoader's pin_memory:
-    the host-to-device copies are asynchronous) and x is the raw int16 counts (`Counts`),
-    transformed on the device by `to_device` (`device_transform`, default: on CUDA; the
-    tests and bench/feed_rate.py ask for it on the CPU). Otherwise x is transform()'s
-    float32, computed in the loader workers, as on every CPU run."""
+    For a CUDA `device` (`device_transform`, default: on CUDA; the tests and
+    bench/feed_rate.py ask for it on the CPU) x is the raw int16 counts (`Counts`),
+    transformed on the device by `to_device`, and the batches are in pinned host memory:
+    read by `data.loader_workers` threads straight into a ring of pinned batch buffers
+    (`feed="threads"`, common/feed.py: why), or by DataLoader worker processes and pinned by
+    its pin-memory thread (`feed="processes"`, for bench/feed_rate.py's comparison). A
+    batch's host memory is reused once the next batch is asked for. Otherwise x is
+    transform()'s float32, computed in DataLoader worker processes, as on every CPU run."""
     import torch
     from torch.utils.data import DataLoader, Dataset
     from torch.utils.data import default_collate
 
     size, apply_log = cfg["data"]["sample_size"], cfg["data"]["apply_log"]
     raw = _pinned(device) if device_transform is None else device_transform
+    workers = cfg["data"]["loader_workers"]
+    order = _sampler(split, cfg, train, seed, sampler)
+    if raw and feed == "threads":
+        from hpckit.common.feed import PinnedBatches
+
+        def read_into(i, views):
+            x, y = read_sample(split, i, size)
+            np.copyto(views[0], x)
+            np.copyto(views[1], y)
+
+        return PinnedBatches(order, cfg["data"]["batch_size"], train,
+                             [((size, size, size, N_TARGETS), torch.int16), ((N_TARGETS,), torch.float32)],
+                             read_into, lambda t: (Counts(t[0], apply_log), t[1]), threads=workers,
+                             depth=cfg["data"]["prefetch"] + 1, pin=_pinned(device))
 
     class CosmoDataset(Dataset):
         def __len__(self):
@@ -295,9 +312,8 @@ def torch_loader(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler=N
         x, y = default_collate(batch)   # in a worker: stacked into shared memory
         return Counts(x, apply_log), y
 
-    workers = cfg["data"]["loader_workers"]
     return DataLoader(CosmoDataset(), batch_size=cfg["data"]["batch_size"],
-                      sampler=_sampler(split, cfg, train, seed, sampler), drop_last=train, num_workers=workers,
+                      sampler=order, drop_last=train, num_workers=workers,
                       persistent_workers=workers > 0, collate_fn=collate if raw else None,
                       pin_memory=_pinned(device),
                       prefetch_factor=cfg["data"]["prefetch"] if workers > 0 else None)

@@ -236,17 +236,20 @@ def _pinned(device) -> bool:
 
 
 def torch_loader(files: DeepCamFiles, stats: dict, cfg: dict, train: bool, seed: int, sampler=None, device=None,
-                 device_transform: bool | None = None):
+                 device_transform: bool | None = None, feed: str = "threads"):
     """Batches (x, y) for `to_device`, in the order of `sampler` (hpckit.common.run.EpochSampler:
     the rank's per-epoch shard of `files`); without one, all of `files`, reshuffled every
     epoch when training.
 
-    For a CUDA `device` the batches come in pinned host memory (DataLoader's pin_memory: the
-    host-to-device copies are asynchronous), x is the fields as read (`Fields`) and y the
-    labels as uint8: `to_device` normalises, transposes and widens the labels on the device
-    (`device_transform`, default: on CUDA; the tests and bench/feed_rate.py ask for it on
-    the CPU). Otherwise the workers give x float32 (N, C, H, W) normalised and y int64
-    (N, H, W), as on every CPU run."""
+    For a CUDA `device` (`device_transform`, default: on CUDA; the tests and
+    bench/feed_rate.py ask for it on the CPU) x is the fields as read (`Fields`) and y the
+    labels as uint8: `to_device` normalises, transposes and widens the labels on the device.
+    The batches are in pinned host memory: read by `data.loader_workers` threads straight
+    into a ring of pinned batch buffers (`feed="threads"`, common/feed.py: why), or by
+    DataLoader worker processes and pinned by its pin-memory thread (`feed="processes"`, for
+    bench/feed_rate.py's comparison). A batch's host memory is reused once the next batch is
+    asked for. Otherwise DataLoader worker processes give x float32 (N, C, H, W) normalised
+    and y int64 (N, H, W), as on every CPU run."""
     import torch
     from torch.utils.data import DataLoader, Dataset
     from torch.utils.data import default_collate
@@ -255,7 +258,27 @@ def torch_loader(files: DeepCamFiles, stats: dict, cfg: dict, train: bool, seed:
     norm = normalisation(stats, cfg)
     raw = _pinned(device) if device_transform is None else device_transform
     d = cfg["data"]
+    h, w, c = d["height"], d["width"], d["n_channels"]
     shift, scale = (torch.from_numpy(np.ascontiguousarray(v, dtype=np.float32)) for v in norm)
+    workers = d["loader_workers"]
+    if sampler is None:
+        sampler = EpochSampler(len(files), 0, 1, None, seed, train and d["shuffle"])
+    if raw and feed == "threads":
+        from hpckit.common.feed import PinnedBatches
+        pinned = {}
+
+        def read_into(i, views):
+            x, y = read_raw(files.files[i], h, w, c, labels_dtype=np.uint8)
+            np.copyto(views[0], x)
+            np.copyto(views[1], y)
+
+        def make(t):
+            if not pinned:
+                pinned["norm"] = [v.pin_memory() if _pinned(device) else v for v in (shift, scale)]
+            return Fields(t[0], *pinned["norm"]), t[1]
+
+        return PinnedBatches(sampler, d["batch_size"], train, [((h, w, c), torch.float32), ((h, w), torch.uint8)],
+                             read_into, make, threads=workers, depth=d["prefetch"] + 1, pin=_pinned(device))
 
     class CamDataset(Dataset):
         def __len__(self):
@@ -263,7 +286,7 @@ def torch_loader(files: DeepCamFiles, stats: dict, cfg: dict, train: bool, seed:
 
         def __getitem__(self, i):
             if raw:
-                x, y = read_raw(files.files[i], d["height"], d["width"], d["n_channels"], labels_dtype=np.uint8)
+                x, y = read_raw(files.files[i], h, w, c, labels_dtype=np.uint8)
             else:
                 x, y = read_sample(files, i, stats, cfg, norm)
             return torch.from_numpy(x), torch.from_numpy(y)
@@ -272,9 +295,6 @@ def torch_loader(files: DeepCamFiles, stats: dict, cfg: dict, train: bool, seed:
         x, y = default_collate(batch)   # in a worker: stacked into shared memory
         return Fields(x, shift, scale), y
 
-    workers = d["loader_workers"]
-    if sampler is None:
-        sampler = EpochSampler(len(files), 0, 1, None, seed, train and d["shuffle"])
     return DataLoader(CamDataset(), batch_size=d["batch_size"], sampler=sampler,
                       drop_last=train, num_workers=workers,
                       persistent_workers=workers > 0, collate_fn=collate if raw else None,
