@@ -234,3 +234,14 @@ def test_bf16_trains(oc20_data, tmp_path):
     assert "step-limited" in mllog(out / "mlperf.log")[-1]["metadata"]["reason"]
     (config,) = [e["value"] for e in mllog(out / "mlperf.log") if e["key"] == "hpckit_config"]
     assert config["train.precision"] == "bf16"
+
+
+def test_analyze_and_project_take_an_oc20_run(mini_run, tmp_path):
+    """The convergence record holds the 13 published OC20 sets (v1.0-v3.0); a kit run is
+    taken apart and projected to the official dataset from it."""
+    out, _ = mini_run
+    proc = run_hpckit("project", "--benchmark", "oc20", "--units", 512, "--local-batch", 4, "--from", out, check=True)
+    assert "oc20 official/2000000" in proc.stdout and "13 sets of 7 submitters" in proc.stdout, proc.stdout
+    analyzed = run_hpckit("analyze", out, "--json", tmp_path / "a.json", check=True)
+    (run,) = json.loads((tmp_path / "a.json").read_text())["runs"]
+    assert run["benchmark"] == "oc20" and run["converged"] is True, analyzed.stdout
