@@ -74,6 +74,28 @@ SEED  ?= 1
 mutate: $(STAMP)
 	$(BIN)/python bench/mutation.py --cases $(CASES) --seed $(SEED) $(if $(MUTATE_RUNS),--runs $(MUTATE_RUNS))
 
+# The GPU path proven on a lent NVIDIA node (bench/gpu_check.py, issue 32), one table: the
+# local profile's ReFrame checks on the GPU, mini trainings with and without --deterministic,
+# torchrun + NCCL with one rank, the full-size step against the reference's (REFERENCE: your
+# own clone of mlcommons/hpc) in fp32, bf16, fp16, channels_last and a CUDA graph with peak
+# GPU memory, and samples/s from files. It runs with the node's python3 and PyTorch, not
+# .venv: for a node without PyPI, `make gpu-wheels` here puts the kit's other dependencies
+# (requirements/gpu-wheels.txt, for GPU_PY) in .whl/; there `pip install --no-deps --target
+# DIR .whl/*.whl` and DIR on PYTHONPATH. DRY=1: every part on the CPU at tiny sizes, no
+# figures (CI runs it so that it cannot rot). GPU_OUT: a directory for the table and figures;
+# PARTS: some of step,e2e,mini,torchrun,reframe.
+GPU_PYTHON ?= python3
+GPU_PY     ?= 3.12
+.PHONY: gpu-check gpu-wheels
+gpu-check:
+	$(GPU_PYTHON) bench/gpu_check.py $(if $(DRY),--dry) $(if $(REFERENCE),--reference $(REFERENCE)) \
+	    $(if $(GPU_OUT),--out $(GPU_OUT)) $(if $(PARTS),--parts $(PARTS))
+
+gpu-wheels:
+	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version $(GPU_PY) --implementation cp \
+	    --platform manylinux_2_28_x86_64 --platform manylinux_2_17_x86_64 --platform manylinux2014_x86_64 \
+	    --platform manylinux1_x86_64 --platform any -d .whl -r requirements/gpu-wheels.txt
+
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt

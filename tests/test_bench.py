@@ -283,7 +283,7 @@ def test_gpu_check_dry_runs_every_part():
     trainings deterministic twice, torchrun, the ReFrame checks as --dry-run) on the CPU at
     tiny sizes, so that the command a lent GPU runs does not rot; no figure is judged."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    proc = subprocess.run(["make", "--no-print-directory", "gpu-check", "DRY=1", f"GPU_PYTHON={sys.executable}"],
+    proc = subprocess.run(["make", "-s", "--no-print-directory", "gpu-check", "DRY=1", f"GPU_PYTHON={sys.executable}"],
                           capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
     # the final table: | part | case | status | figures |

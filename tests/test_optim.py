@@ -195,7 +195,7 @@ def test_multi_tensor_lamb_equals_per_parameter_lamb_on_deepcam():
     gen = torch.Generator().manual_seed(4)
     d = cfg["data"]
     for step in range(10):
-        x = torch.randn(1, d["n_channels"], d["height"], d["width"], generator=gen)
+        x = torch.randn(1, d["n_channels"], 32, 48, generator=gen)   # any multiple of 16: the same tensors
         model.zero_grad(set_to_none=True)
         model(x).square().mean().backward()
         for p, q in zip(model.parameters(), twin):
@@ -204,8 +204,8 @@ def test_multi_tensor_lamb_equals_per_parameter_lamb_on_deepcam():
             for group in opt.param_groups:
                 group["lr"] = REF_OPT["lr"] * (step + 1) / 10
             opt.step()
-        for a, b in zip(model.parameters(), twin):
-            torch.testing.assert_close(a, b, rtol=1e-6, atol=1e-6)
+        torch.testing.assert_close(torch.cat([a.detach().flatten() for a in model.parameters()]),
+                                   torch.cat([b.detach().flatten() for b in twin]), rtol=1e-6, atol=1e-6)
     assert all((a.detach() != a0).any() for a, a0 in zip(model.parameters(), start))
 
 

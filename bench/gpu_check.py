@@ -1,0 +1,579 @@
+#!/usr/bin/env python3
+"""The kit's GPU path proven in one command on a lent NVIDIA node, printed as one table.
+
+    make gpu-check [REFERENCE=DIR]        # the GPU node: its python3 with PyTorch, the kit's wheels
+    make gpu-check DRY=1                  # anywhere (CI): every part on the CPU at tiny sizes
+    python3 bench/gpu_check.py [--reference DIR] [--dry] [--parts P,...] [--out DIR] [--keep]
+
+Needs PyTorch (with CUDA, unless --dry), h5py, and the kit's pure-Python dependencies
+(mlperf-logging, crc32c, PyYAML, reframe-hpc for the ReFrame part): `make gpu-wheels` puts
+them in .whl/ for a node that cannot reach PyPI. No TensorFlow: the TensorFlow CosmoFlow
+is not a GPU path of the kit (`--framework auto` picks PyTorch on GPUs).
+
+Parts, in this order (the timed ones first, while nothing else runs):
+
+  step      one full-size training step of the kit (the trainers' own train_epoch on
+            batches already on the GPU: no data loading), DeepCAM at local batch 1, 2, 8 and
+            CosmoFlow at 1 and 4, in fp32, bf16, fp16, with the kit's defaults on CUDA
+            (channels_last, the step captured in a CUDA graph) and without them (contiguous,
+            eager); the reference's DeepCAM step (DeepLabv3_plus + CELoss from your clone of
+            mlcommons/hpc, --reference, with torch's AdamW: its LAMB needs NVIDIA apex) in
+            fp32 at the same batches. Samples/s (median of the timed steps, after warm-up),
+            peak GPU memory. The reference CosmoFlow is TensorFlow: NVIDIA's rate stands in.
+  e2e       `hpckit train --config reference` from files (full-size synthetic samples,
+            hard-linked to a few hundred names, page cache warm; CosmoFlow with
+            data.stage_decode), step-limited: the training samples/s of the whole path.
+  mini      the mini trainings on the GPU (both benchmarks, --deterministic twice and
+            without): converged, epochs, the official checker's verdict, and whether the
+            two deterministic runs gave the same curve.
+  torchrun  torchrun + torch.distributed (NCCL on a GPU) with one rank, mini DeepCAM.
+  reframe   the local profile's ReFrame checks that run on a GPU (CosmoFlow with PyTorch,
+            DeepCAM, OpenCatalyst where present), deterministic as shipped: PASS or FAIL.
+
+Then the targets of issue 32 with their verdicts: the kit's fp32 DeepCAM step at least the
+reference's, its fastest at least 1.5x the reference and at least NVIDIA's v3.0 per-H100
+rates (DeepCAM 30 samples/s at local batch 1, 82 at 8; CosmoFlow 206 at 1), the data path
+delivering what the step consumes.
+
+--dry runs every part on the CPU at the mini sizes, step-limited, the ReFrame part as
+`reframe --dry-run`: a check that the command still works (CI runs it), not figures.
+Exit 0 when every part ran and every PASS/FAIL row passed, 1 otherwise; bad arguments 2.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures
+import gc
+import json
+import os
+import platform
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from benchlib import REPO, bad as _bad, cpu_flags, cpu_model  # noqa: E402
+
+PARTS = ("step", "e2e", "mini", "torchrun", "reframe")
+NVIDIA_H100 = {("deepcam", 1): 30.0, ("deepcam", 8): 82.0, ("cosmoflow", 1): 206.0}
+RESULT = "GPU_CHECK_RESULT "
+
+
+def bad(message: str) -> None:
+    _bad("gpu_check", message)
+
+
+def kit_env() -> dict:
+    path = str(REPO / "apps")
+    old = os.environ.get("PYTHONPATH")
+    return {**os.environ, "PYTHONPATH": f"{path}:{old}" if old else path, "PYTHONUNBUFFERED": "1",
+            "TF_CPP_MIN_LOG_LEVEL": "3"}
+
+
+def hpckit(*args) -> list[str]:
+    return [sys.executable, "-m", "hpckit", *map(str, args)]
+
+
+def run(cmd, log: Path, timeout: float, env=None, cwd=None) -> subprocess.CompletedProcess:
+    """A command, its output kept in `log`."""
+    cmd = [str(c) for c in cmd]
+    with open(log, "w") as out:
+        try:
+            proc = subprocess.run(cmd, stdout=out, stderr=subprocess.STDOUT, text=True, timeout=timeout,
+                                  env=env or kit_env(), cwd=cwd or REPO)
+        except subprocess.TimeoutExpired:
+            out.write(f"\ngpu_check: timed out after {timeout:.0f} s\n")
+            return subprocess.CompletedProcess(cmd, 124)
+    return proc
+
+
+def tail(log: Path, n: int = 1) -> str:
+    lines = [l for l in log.read_text(errors="replace").splitlines() if l.strip()] if log.exists() else []
+    return " | ".join(lines[-n:])[-300:] if lines else "no output"
+
+
+def graph_note(log: Path) -> str:
+    """The kit's warning when a CUDA graph could not be captured (the run went on eager)."""
+    text = log.read_text(errors="replace") if log.exists() else ""
+    hit = next((l for l in text.splitlines() if "could not be captured" in l), None)
+    return f" [{hit.split('warning: ', 1)[-1][:150]}]" if hit else ""
+
+
+def summary(out: Path) -> dict:
+    try:
+        return json.loads((out / "summary.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+# ---------------------------------------------------------------- part: step (child process)
+
+def step_cases(bench: str, dry: bool, reference: str | None) -> list[tuple[str, str, int, list[str]]]:
+    """(who, precision, local batch, config overrides) per case: what the targets compare
+    (the reference's local batch 2, NVIDIA's 1 and 8) and the kit's defaults against
+    contiguous + eager at the reference's batch."""
+    eager = ["train.memory_format=contiguous", "train.cuda_graph=false"]
+    if dry:   # the CPU: the kit's path in fp32, and fp16's refusal where it would be emulated
+        return [("kit", q, 1, []) for q in ("fp32", "fp16")]
+    if bench == "deepcam":   # ~33 s a case on an H100, most of it cuDNN's autotuning: 7 cases
+        cases = [("reference", "fp32", 2, [])] if reference else []
+        cases += [("kit eager contiguous", "fp32", 2, eager), ("kit", "fp32", 2, []), ("kit", "bf16", 2, [])]
+        cases += [("kit", "fp16", b, []) for b in (1, 2, 8)]
+        return cases
+    return [("kit eager contiguous", "fp32", 4, eager), ("kit", "fp32", 4, []), ("kit", "fp32", 1, []),
+            ("kit", "bf16", 1, []), ("kit", "fp16", 1, []), ("kit", "bf16", 4, [])]
+
+
+def run_step_child(bench: str, dry: bool, reference: str | None, warmup: int, steps: int) -> None:
+    import torch
+    from hpckit.common import step as kit_step
+    from hpckit.common.config import load_config
+    from hpckit.common.errors import KitError
+    from hpckit.common.run import launch
+    cuda = torch.cuda.is_available() and not dry
+    dev = "cuda" if cuda else "cpu"
+
+    def sync():
+        if cuda:
+            torch.cuda.synchronize()
+
+    for who, prec, batch, sets in step_cases(bench, dry, reference):
+        label = f"{who} {prec} b{batch}"
+        result = {"benchmark": bench, "who": who, "precision": prec, "batch": batch, "label": label}
+        gc.collect()
+        if cuda:
+            torch.cuda.empty_cache()
+            torch.cuda.reset_peak_memory_stats()
+        try:
+            cfg = load_config(bench, "mini" if dry else "reference",
+                              [*sets, f"data.batch_size={batch}", f"train.precision={prec}"])
+            gen = torch.Generator().manual_seed(0)
+            if who == "reference":
+                fn = reference_deepcam_step(reference, cfg, batch, gen)
+            else:
+                args = argparse.Namespace(seed=1, stage_dir=None, data=".", dist="none", device=dev, threads=None,
+                                          collective_timeout=60.0, deterministic=False, allocator="glibc")
+                launched = launch(args, "pytorch", cfg)
+                kit_step.resolve_options(cfg, launched.device, True, cfg["optimizer"]["name"])
+                result["cuda_graph"] = cfg["train"]["cuda_graph"]
+                result["memory_format"] = cfg["train"]["memory_format"]
+                fn = (kit_deepcam_step if bench == "deepcam" else kit_cosmoflow_step)(cfg, launched, batch, gen)
+            fn(warmup)
+            sync()
+            times = []
+            for _ in range(3):                      # 3 timed runs of `steps` steps each: median
+                t0 = time.perf_counter()
+                fn(steps)
+                sync()
+                times.append((time.perf_counter() - t0) / steps)
+            s = statistics.median(times)
+            result["graph_error"] = getattr(getattr(getattr(fn, "trainer", None), "step", None), "graph_error", None)
+            result.update(status="ok", seconds_per_step=s, samples_per_s=batch / s,
+                          peak_gpu_gib=torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None)
+        except KitError as e:
+            result.update(status="refused", reason=str(e))
+        except Exception as e:   # a case that breaks is a row of the table, not the end of it
+            result.update(status="error", reason=f"{type(e).__name__}: {str(e).splitlines()[0] if str(e) else ''}")
+        print(RESULT + json.dumps(result), flush=True)
+        fn = None
+
+
+def _device_batch(cfg: dict, bench: str, batch: int, gen, device, memory_format):
+    import torch
+    d = cfg["data"]
+    if bench == "deepcam":
+        x = torch.randn(batch, d["n_channels"], d["height"], d["width"], generator=gen)
+        y = torch.randint(0, cfg["model"]["n_classes"], (batch, d["height"], d["width"]), generator=gen)
+        return x.to(device).contiguous(memory_format=memory_format), y.to(device)
+    s = d["sample_size"]
+    x = torch.log1p(torch.poisson(torch.full((batch, s, s, s, 4), 3.0), generator=gen))
+    return x.to(device), (torch.rand(batch, 4, generator=gen) * 2 - 1).to(device)
+
+
+def kit_deepcam_step(cfg, launched, batch, gen):
+    from hpckit.common import step as kit_step
+    from hpckit.deepcam.train import Trainer
+    trainer = Trainer(cfg, launched)
+    xy = _device_batch(cfg, "deepcam", batch, gen, launched.device, kit_step.torch_memory_format(cfg, 2))
+    fn = lambda n: trainer.train_epoch([xy] * n)   # noqa: E731
+    fn.trainer = trainer
+    return fn
+
+
+def kit_cosmoflow_step(cfg, launched, batch, gen):
+    from hpckit.cosmoflow.train import TorchBackend
+    backend = TorchBackend(cfg, launched, Path("."))
+    xy = _device_batch(cfg, "cosmoflow", batch, gen, launched.device, None)
+    in_memory = argparse.Namespace(files=[Path("in-memory")])   # named only if reading fails
+    fn = lambda n: backend.train_epoch([xy] * n, in_memory, 1e-3)   # noqa: E731
+    fn.trainer = backend
+    return fn
+
+
+def reference_deepcam_step(reference: str, cfg: dict, batch: int, gen):
+    """The reference's step as its trainer runs it (mlcommons/hpc@2c627d4
+    deepcam/src/deepCam/driver/trainer.py:40-71): forward, CELoss, backward, optimizer
+    step, zero_grad, with cudnn.benchmark as its train.py:80 sets it."""
+    import torch
+    sys.path.insert(0, str(Path(reference) / "deepcam" / "src" / "deepCam"))
+    from architecture.deeplab_xception import DeepLabv3_plus
+    from utils.losses import CELoss
+    torch.backends.cudnn.benchmark = True
+    net = DeepLabv3_plus(n_input=16, n_classes=3, os=16, pretrained=False, _print=False).cuda()
+    weights = [f ** -0.125 for f in cfg["train"]["class_frequencies"]]
+    criterion = torch.jit.script(CELoss(weights)).cuda()
+    opt = torch.optim.AdamW(net.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-6, weight_decay=0.01)
+    net.train()
+    x, y = _device_batch(cfg, "deepcam", batch, gen, torch.device("cuda"), torch.contiguous_format)
+
+    def steps(n):
+        for _ in range(n):
+            loss = criterion(net(x), y)
+            loss.backward()
+            opt.step()
+            opt.zero_grad()
+    return steps
+
+
+# ---------------------------------------------------------------- the parts (parent)
+
+class Check:
+    def __init__(self, work: Path, dry: bool, reference: str | None):
+        self.work, self.dry, self.reference = work, dry, reference
+        self.rows: list[dict] = []
+        self.steps: list[dict] = []
+        self.e2e: dict[str, float] = {}
+        self.datasets: dict[str, Path] = {}
+
+    def row(self, part: str, case: str, status: str, figures: str = "") -> None:
+        r = {"part": part, "case": case, "status": status, "figures": figures}
+        self.rows.append(r)
+        print(f"{part:9s} {case:44s} {status:8s} {figures}", flush=True)
+
+    def device(self) -> str:
+        return "cpu" if self.dry else "cuda"
+
+    # -- step
+    def part_step(self) -> None:
+        warmup, steps = (1, 1) if self.dry else (5, 6)
+        for bench in ("deepcam", "cosmoflow"):
+            log = self.work / f"step-{bench}.log"
+            cmd = [sys.executable, __file__, "--child-step", bench, "--warmup", str(warmup), "--steps", str(steps),
+                   *(["--dry"] if self.dry else []), *(["--reference", self.reference] if self.reference else [])]
+            results = []
+            with open(log, "w") as out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=out, text=True,
+                                                         env=kit_env(), cwd=REPO) as proc:
+                for line in proc.stdout:   # each case's row as soon as it is measured
+                    out.write(line)
+                    if line.startswith(RESULT):
+                        results.append(json.loads(line[len(RESULT):]))
+                        self._step_row(bench, results[-1])
+            if proc.returncode != 0:
+                self.row("step", bench, "ERROR", f"exit {proc.returncode}: {tail(log)}")
+
+    def _step_row(self, bench: str, r: dict) -> None:
+        if True:   # one measured case
+            self.steps.append(r)
+            if r["status"] != "ok":
+                self.row("step", f"{bench} {r['label']}", r["status"].upper(), r.get("reason", "")[:160])
+                return
+            mem = f", peak {r['peak_gpu_gib']:.1f} GiB" if r.get("peak_gpu_gib") is not None else ""
+            how = (f" ({r['memory_format']}, {'graph' if r['cuda_graph'] else 'eager'})"
+                   if "cuda_graph" in r else "")
+            self.row("step", f"{bench} {r['label']}{how}", "ok",
+                     f"{r['samples_per_s']:.1f} samples/s, {r['seconds_per_step'] * 1e3:.1f} ms/step{mem}"
+                     + (f" [capture failed: {r['graph_error'][:100]}]" if r.get("graph_error") else ""))
+
+    # -- data
+    def dataset(self, bench: str, size: str) -> Path:
+        """mini datasets as `hpckit datagen --config mini`; full ones: a few distinct full-size
+        samples hard-linked to enough names for a few hundred steps."""
+        key = f"{bench}-{size}"
+        if key in self.datasets:
+            return self.datasets[key]
+        root = self.work / "data" / key
+        if size == "mini":
+            proc = run(hpckit("datagen", bench, "--out", root, "--config", "mini"), self.work / f"datagen-{key}.log", 600)
+        else:
+            distinct = root.with_name(key + "-distinct")
+            proc = run(hpckit("datagen", bench, "--out", distinct, "--config", "reference", "--train", 16, "--valid", 4),
+                       self.work / f"datagen-{key}.log", 900)
+            if proc.returncode == 0:
+                for split, n in (("train", 128), ("validation", 8)):
+                    files = sorted(p for p in (distinct / split).iterdir() if p.is_file())
+                    (root / split).mkdir(parents=True)
+                    for i in range(n):
+                        src = files[i % len(files)]
+                        os.link(src, root / split / f"{'data-' if bench == 'deepcam' else ''}{i:05d}-{src.name}")
+                if (distinct / "stats.h5").exists():
+                    os.link(distinct / "stats.h5", root / "stats.h5")
+        if proc.returncode != 0:
+            raise RuntimeError(f"hpckit datagen {bench} failed: {tail(self.work / f'datagen-{key}.log')}")
+        self.datasets[key] = root
+        return root
+
+    # -- e2e
+    def part_e2e(self) -> None:
+        runs = (("cosmoflow", 1, ["data.stage_decode=true"]), ("deepcam", 8, []), ("deepcam", 1, []))
+        for bench, batch, extra in runs[:1] if self.dry else runs:
+            label = f"{bench} reference b{batch} from files"
+            out = self.work / f"e2e-{bench}-b{batch}"
+            try:
+                data = self.dataset(bench, "mini" if self.dry else "full")
+            except RuntimeError as e:
+                self.row("e2e", label, "ERROR", str(e))
+                continue
+            n_train, n_valid = (32, 8) if self.dry else (128, 8)
+            steps = 4 if self.dry else max(96, 3 * n_train // batch)
+            sets = [*extra, f"data.batch_size={batch}", f"data.n_train={n_train}", f"data.n_valid={n_valid}",
+                    f"train.max_steps={steps}", "train.n_epochs=1000"]
+            cmd = hpckit("train", bench, "--data", data, "--config", "mini" if self.dry else "reference",
+                         "--output-dir", out, "--seed", 1, "--device", self.device(),
+                         *(["--framework", "pytorch"] if bench == "cosmoflow" else []),
+                         *(["--stage-dir", self.work / f"stage-{bench}-b{batch}"] if bench == "cosmoflow" else []),
+                         *(x for s in sets for x in ("--set", s)))
+            proc = run(cmd, self.work / f"e2e-{bench}-b{batch}.log", timeout=900)
+            s = summary(out)
+            rate = s.get("train_samples_per_s")
+            if proc.returncode in (0, 3) and rate:
+                self.e2e[f"{bench}-{batch}"] = rate
+                cores = s.get("cores", {})
+                self.row("e2e", label, "ok", f"{rate:.1f} samples/s over {s.get('epochs')} epochs "
+                                             f"(step-limited), {cores.get('loader_workers', '?')} loader workers, "
+                                             f"staging {s.get('staging_s') or 0:.1f} s"
+                                             + graph_note(self.work / f"e2e-{bench}-b{batch}.log"))
+            else:
+                self.row("e2e", label, "ERROR", tail(self.work / f"e2e-{bench}-b{batch}.log"))
+
+    # -- mini trainings, in parallel
+    def part_mini(self) -> None:
+        runs = []
+        kinds = (("deterministic", True), ("deterministic-again", True), ("default", False))
+        for bench in ("cosmoflow", "deepcam"):
+            data = self.dataset(bench, "mini")
+            for name, det in kinds[:1] if self.dry and bench == "cosmoflow" else kinds:
+                out = self.work / f"mini-{bench}-{name}"
+                cmd = hpckit("train", bench, "--data", data, "--config", "mini", "--output-dir", out, "--seed", 7,
+                             "--device", self.device(), "--threads", 2, "--set", "data.loader_workers=2",
+                             *(["--framework", "pytorch"] if bench == "cosmoflow" else []),
+                             *(["--deterministic"] if det else []),
+                             *(["--set", "train.max_steps=2", "--set", "data.n_valid=8"] if self.dry else []))
+                runs.append((bench, name, out, cmd))
+        with concurrent.futures.ThreadPoolExecutor(len(runs)) as pool:
+            procs = list(pool.map(lambda r: run(r[3], self.work / f"{r[2].name}.log", 1200), runs))
+        curves = {}
+        for (bench, name, out, _), proc in zip(runs, procs):
+            s = summary(out)
+            if proc.returncode not in (0, 3) or not s:
+                self.row("mini", f"{bench} {name}", "FAIL", tail(self.work / f"{out.name}.log"))
+                continue
+            verdict = run(hpckit("check", out / "mlperf.log", "--ruleset", "mini", "--config", "mini"),
+                          self.work / f"check-{out.name}.log", 300)
+            compliant = verdict.returncode == 0
+            curves[(bench, name)] = [l.split('"value": ')[1].split(",")[0] for l in
+                                     (out / "mlperf.log").read_text().splitlines() if f'"key": "{s["metric"]}"' in l]
+            ok = (s.get("converged") and compliant) or self.dry
+            self.row("mini", f"{bench} {name}", "PASS" if ok else "FAIL",
+                     f"{'converged' if s.get('converged') else 'NOT converged'} in {s.get('epochs')} epochs, "
+                     f"{s.get('final_' + s.get('metric', ''), float('nan')) or float('nan'):.4f}, "
+                     f"{'COMPLIANT' if compliant else 'NOT COMPLIANT'}, "
+                     f"{s.get('train_samples_per_s') or 0:.1f} samples/s" + graph_note(self.work / f"{out.name}.log"))
+        for bench in ("cosmoflow", "deepcam"):
+            a, b = curves.get((bench, "deterministic")), curves.get((bench, "deterministic-again"))
+            if a is not None and b is not None:
+                self.row("mini", f"{bench} deterministic twice: same curve", "PASS" if a == b else "FAIL",
+                         f"{len(a)} evaluations, {'identical' if a == b else 'differ: ' + str(a) + ' vs ' + str(b)}")
+
+    # -- torchrun
+    def part_torchrun(self) -> None:
+        out = self.work / "torchrun-deepcam"
+        cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "1", "-m", "hpckit",
+               "train", "deepcam", "--data", self.dataset("deepcam", "mini"), "--config", "mini", "--output-dir", out,
+               "--seed", 7, "--dist", "torch", "--device", self.device(), "--threads", 2,
+               "--set", "data.loader_workers=2",
+               *(["--set", "train.max_steps=2", "--set", "data.n_valid=8"] if self.dry else [])]
+        proc = run(cmd, self.work / "torchrun.log", 900)
+        s = summary(out)   # (torchrun exits 1 for a rank's 3, not converged: the summary says which)
+        ok = s.get("dist") == "torch" and (s.get("converged") or (self.dry and s.get("epochs") == 1))
+        self.row("torchrun", "deepcam mini, 1 rank, torch.distributed", "PASS" if ok else "FAIL",
+                 f"dist {s.get('dist')}, {'converged' if s.get('converged') else 'NOT converged'} in "
+                 f"{s.get('epochs')} epochs" if s else tail(self.work / "torchrun.log"))
+
+    # -- reframe
+    def part_reframe(self) -> None:
+        bindir = self.work / "bin"
+        bindir.mkdir(exist_ok=True)
+        wrapper = bindir / "hpckit"
+        wrapper.write_text(f"#!/bin/sh\nexec {sys.executable} -m hpckit \"$@\"\n")
+        wrapper.chmod(0o755)
+        env = kit_env()
+        env["PATH"] = f"{bindir}:{env.get('PATH', '')}"
+        files = [REPO / "reframe_checks" / f for f in ("cosmoflow.py", "deepcam.py", "oc20.py")
+                 if (REPO / "reframe_checks" / f).exists()]
+        names = ["CosmoFlowCheck%framework=pytorch", "DeepCAMCheck", "OC20Check"]
+        cmd = [sys.executable, "-c", "import sys; from reframe.frontend.cli import main; sys.argv[0] = 'reframe'; "
+                                     "sys.exit(main())",
+               "-C", REPO / "site_profiles" / "local" / "settings.py", *(x for f in files for x in ("-c", f)),
+               *(x for n in names for x in ("-n", n)), "--prefix", self.work / "reframe",
+               "--perflogdir", self.work / "reframe" / "perflogs", "--nocolor", "--dry-run" if self.dry else "-r"]
+        log = self.work / "reframe.log"
+        proc = run([str(c) for c in cmd], log, 1500, env=env)
+        text = log.read_text(errors="replace")
+        lines = text.splitlines()
+        import re
+        current = None
+        for line in lines:   # "[       OK ] (2/2) DeepCAMCheck %framework=pytorch /f2d4 @...", then its "P: " lines
+            m = re.match(r"^\[\s*(OK|FAIL|DRY)\s*\]\s*(\(\d+/\d+\)\s*)?(.*?)\s+/[0-9a-f]+", line)
+            if m and not (self.dry and m.group(1) == "OK"):   # --dry-run says DRY, then OK, per test
+                status = {"OK": "PASS", "FAIL": "FAIL", "DRY": "DRY"}[m.group(1)]
+                current = {"part": "reframe", "case": m.group(3)[:44], "status": status, "figures": ""}
+                self.rows.append(current)
+            elif line.startswith("P: ") and current is not None and current["status"] == "PASS":
+                name, _, value = line[3:].partition(":")
+                if name.strip() in ("time_to_train", "train_throughput", "epochs"):
+                    value = value.strip().split(" (r:")[0]
+                    current["figures"] += ("; " if current["figures"] else "") + f"{name.strip()} {value}"
+        for r in self.rows:
+            if r["part"] == "reframe" and r is not None:
+                print(f"{r['part']:9s} {r['case']:44s} {r['status']:8s} {r['figures']}", flush=True)
+        summary_line = next((l for l in reversed(lines) if "PASSED" in l or "FAILED" in l or "Ran " in l), "")
+        ok = proc.returncode == 0
+        self.row("reframe", "local profile, GPU checks" + (" (--dry-run)" if self.dry else ""),
+                 "PASS" if ok else "FAIL", summary_line.strip()[:160] or tail(log))
+
+    # -- the targets
+    def targets(self) -> None:
+        ok = {(r["benchmark"], r["who"], r["precision"], r["batch"]): r["samples_per_s"]
+              for r in self.steps if r["status"] == "ok"}
+        if self.dry or not ok:
+            return
+        for batch in sorted({b for (bench, who, _, b) in ok if bench == "deepcam"}):
+            ref = ok.get(("deepcam", "reference", "fp32", batch))
+            kit32 = ok.get(("deepcam", "kit", "fp32", batch))
+            best = max((v for (bench, who, _, b), v in ok.items() if bench == "deepcam" and who.startswith("kit")
+                        and b == batch), default=None)
+            if ref and kit32:
+                self.row("target", f"deepcam b{batch}: kit fp32 >= reference fp32", "PASS" if kit32 >= ref else "FAIL",
+                         f"{kit32:.1f} vs {ref:.1f} samples/s ({kit32 / ref:.2f}x)")
+            if ref and best:
+                self.row("target", f"deepcam b{batch}: kit fastest >= 1.5x reference", "PASS" if best >= 1.5 * ref
+                         else "FAIL", f"{best:.1f} vs {ref:.1f} samples/s ({best / ref:.2f}x)")
+            nv = NVIDIA_H100.get(("deepcam", batch))
+            if nv and best:
+                self.row("target", f"deepcam b{batch}: kit fastest >= NVIDIA v3.0 H100", "PASS" if best >= nv else "FAIL",
+                         f"{best:.1f} vs {nv:.0f} samples/s")
+        best_cf = max((v for (bench, who, _, b), v in ok.items() if bench == "cosmoflow" and b == 1), default=None)
+        if best_cf:
+            self.row("target", "cosmoflow b1: kit fastest >= NVIDIA v3.0 H100",
+                     "PASS" if best_cf >= NVIDIA_H100[("cosmoflow", 1)] else "FAIL",
+                     f"{best_cf:.1f} vs {NVIDIA_H100[('cosmoflow', 1)]:.0f} samples/s")
+        for key, rate in self.e2e.items():
+            bench, batch = key.split("-")
+            step = max((v for (b, who, q, bb), v in ok.items() if b == bench and bb == int(batch)
+                        and who == "kit" and q == "fp32"), default=None)
+            if step:
+                self.row("target", f"{bench} b{batch}: files feed the fp32 step", "PASS" if rate >= 0.9 * step else "FAIL",
+                         f"{rate:.1f} samples/s from files, step alone {step:.1f} ({rate / step:.2f})")
+
+
+def header(dry: bool) -> str:
+    import torch
+    gpu = "none"
+    if torch.cuda.is_available() and not dry:
+        p = torch.cuda.get_device_properties(0)
+        gpu = f"{p.name} ({p.total_memory / 2 ** 30:.0f} GiB, sm {p.major}.{p.minor})"
+    cuda = torch.version.cuda or "cpu-only"
+    return (f"# gpu_check host {platform.node()}, {os.cpu_count()} CPUs, {cpu_model()} flags {cpu_flags()}, "
+            f"GPU {gpu}, torch {torch.__version__} (CUDA {cuda}), python {platform.python_version()}"
+            f"{', DRY RUN on the CPU' if dry else ''}")
+
+
+def main(argv=None) -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reference", help="your clone of mlcommons/hpc (the reference's DeepCAM step)")
+    p.add_argument("--dry", action="store_true", help="every part on the CPU at tiny sizes (CI)")
+    p.add_argument("--parts", default=",".join(PARTS))
+    p.add_argument("--out", help="also write the table (gpu_check.txt) and the figures (gpu_check.json) here")
+    p.add_argument("--workdir", help="where datasets and runs go (default: a new temporary directory)")
+    p.add_argument("--keep", action="store_true", help="keep the work directory")
+    p.add_argument("--child-step", help=argparse.SUPPRESS)
+    p.add_argument("--warmup", type=int, default=6, help=argparse.SUPPRESS)
+    p.add_argument("--steps", type=int, default=10, help=argparse.SUPPRESS)
+    args = p.parse_args(argv)
+    parts = [x for x in args.parts.split(",") if x]
+    if any(x not in PARTS for x in parts):
+        bad(f"--parts {args.parts}: choose from {', '.join(PARTS)}")
+    if args.reference and not (Path(args.reference) / "deepcam" / "src" / "deepCam" / "architecture"
+                               / "deeplab_xception.py").is_file():
+        bad(f"--reference {args.reference}: not a clone of mlcommons/hpc (no deepcam/src/deepCam/architecture/"
+            "deeplab_xception.py)")
+    if args.child_step:
+        sys.path.insert(0, str(REPO / "apps"))
+        run_step_child(args.child_step, args.dry, args.reference, args.warmup, args.steps)
+        return 0
+    try:
+        import torch
+    except ImportError:
+        bad("PyTorch is not importable by this python")
+    if not args.dry and not torch.cuda.is_available():
+        bad("no CUDA device is visible (--dry checks the command on the CPU)")
+    for module in ("h5py", "mlperf_logging", "yaml", "crc32c") + (("reframe",) if "reframe" in parts else ()):
+        try:
+            __import__(module)
+        except ImportError:
+            bad(f"{module} is not importable: install the kit's wheels (make gpu-wheels, then pip install .whl/*)")
+    sys.path.insert(0, str(REPO / "apps"))
+    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="hpckit-gpu-check-"))
+    work.mkdir(parents=True, exist_ok=True)
+    print(header(args.dry), flush=True)
+    print(f"{'part':9s} {'case':44s} {'status':8s} figures", flush=True)
+    check = Check(work, args.dry, args.reference)
+    started = time.perf_counter()
+
+    def run_part(part: str) -> None:
+        try:
+            getattr(check, f"part_{part}")()
+        except Exception as e:   # one broken part is a row, the others still run
+            check.row(part, "(the part)", "ERROR", f"{type(e).__name__}: {e}"[:200])
+
+    for part in ("step", "e2e"):          # timed: alone on the machine
+        if part in parts:
+            run_part(part)
+    together = [part for part in ("mini", "torchrun", "reframe") if part in parts]   # correctness: at once
+    if {"mini", "torchrun"} & set(together):
+        for bench in ("cosmoflow", "deepcam"):
+            try:
+                check.dataset(bench, "mini")
+            except RuntimeError as e:
+                check.row("data", f"{bench} mini", "ERROR", str(e))
+    with concurrent.futures.ThreadPoolExecutor(max(1, len(together))) as pool:
+        list(pool.map(run_part, together))
+    check.targets()
+    order = {part: i for i, part in enumerate((*PARTS, "data", "target"))}
+    check.rows.sort(key=lambda r: order.get(r["part"], 99))
+    print("\n| part | case | status | figures |\n|---|---|---|---|", flush=True)
+    for r in check.rows:
+        print(f"| {r['part']} | {r['case']} | {r['status']} | {r['figures']} |", flush=True)
+    failed = [r for r in check.rows if r["status"] in ("FAIL", "ERROR")]
+    print(f"# {len(check.rows)} rows, {len(failed)} failed, {time.perf_counter() - started:.0f} s; work {work}",
+          flush=True)
+    if args.out:
+        out = Path(args.out)
+        out.mkdir(parents=True, exist_ok=True)
+        table = "\n".join([header(args.dry)] + [f"| {r['part']} | {r['case']} | {r['status']} | {r['figures']} |"
+                                                 for r in check.rows])
+        (out / "gpu_check.txt").write_text(table + "\n")
+        (out / "gpu_check.json").write_text(json.dumps({"rows": check.rows, "steps": check.steps,
+                                                         "e2e": check.e2e}, indent=1))
+    if not (args.keep or failed):
+        shutil.rmtree(work, ignore_errors=True)
+    return 1 if failed else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
