@@ -31,7 +31,9 @@ single process without gradient accumulation and with the kit's own optimizers.
 
 from __future__ import annotations
 
+import collections
 import contextlib
+import sys
 
 import torch
 
@@ -75,6 +77,12 @@ def resolve_options(cfg: dict, device, single_process: bool, optimizer: str) -> 
     if graph == "true" and why_not:
         raise KitError(f"config key 'train.cuda_graph': true, but {why_not}; use auto or false")
     cfg["train"]["cuda_graph"] = graph == "true" or (graph == "auto" and why_not is None)
+    if cuda and not cfg["train"]["deterministic"]:
+        # cuDNN picks each convolution's fastest algorithm by timing them, as the DeepCAM
+        # reference asks (mlcommons/hpc@2c627d4 deepcam/src/deepCam/train.py:80) and as
+        # TensorFlow, the CosmoFlow reference's framework, does by default; a deterministic
+        # run keeps cuDNN's fixed choice (common/determinism.py)
+        torch.backends.cudnn.benchmark = True
 
 
 def torch_memory_format(cfg: dict, dims: int):
@@ -244,6 +252,7 @@ class TrainStep:
         self.guard = NonFiniteGuard(device, FP16_PATIENCE if precision_name == "fp16" else 1)
         self.cuda_graph = cuda_graph
         self.graph = None
+        self.graph_error = None  # why the capture failed (the run then went on eager)
         self.static = None      # (x, y, loss, aux) of the captured step
         self.eager_steps = 0
         self.updates = 0        # optimizer steps taken
@@ -323,7 +332,20 @@ class TrainStep:
             torch.cuda.current_stream(self.device).wait_stream(side)
             return out
         if self.graph is None:
-            self._capture(x, y)
+            try:
+                self._capture(x, y)
+            except RuntimeError as e:   # the step as captured could not be: the run goes on eager, and says so
+                first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+                print(f"hpckit train: warning: train.cuda_graph: the step could not be captured ({first[:200]}); "
+                      "this run's steps are eager", file=sys.stderr, flush=True)
+                self.cuda_graph, self.graph_error = False, first
+                torch.cuda.synchronize(self.device)
+                if self.scaler is not None:   # a capture cut short may leave it mid-step
+                    from torch.amp.grad_scaler import _refresh_per_optimizer_state
+                    self.scaler._per_optimizer_states = collections.defaultdict(_refresh_per_optimizer_state)
+                out = self.backward(x, y)
+                self.update()
+                return out
         sx, sy, loss, aux = self.static
         if x.shape != sx.shape or y.shape != sy.shape or x.stride() != sx.stride():
             out = self.backward(x, y)      # a batch of another shape: eager (train batches drop the rest)
@@ -341,7 +363,8 @@ class TrainStep:
         sy = torch.empty_strided(y.shape, y.stride(), dtype=y.dtype, device=self.device)
         torch.cuda.synchronize(self.device)
         graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph):
+        # thread_local: the DataLoader's pin-memory thread allocates pinned memory meanwhile
+        with torch.cuda.graph(graph, capture_error_mode="thread_local"):
             loss, aux = self.backward(sx, sy)
             self.update()
         self.graph, self.static = graph, (sx, sy, loss, aux)
