@@ -166,8 +166,13 @@ class LogStyle:
     """Where a benchmark's reference puts the events the kit writes for both (each
     benchmark's package defines its LOG_STYLE from its reference's train.py)."""
     cache_clear_first: bool          # cache_clear before init_start, else right after it
-    metric_in_eval: bool             # the quality metric between eval_start and eval_stop, else after epoch_stop
+    metric_at: str                   # the quality metric: "eval" (between eval_start and eval_stop),
+                                     # "after_eval" (between eval_stop and epoch_stop), "after_epoch"
     target_event: str | None = None  # logged with the target when it is reached
+
+    def __post_init__(self):
+        if self.metric_at not in ("eval", "after_eval", "after_epoch"):
+            raise ValueError(f"LogStyle.metric_at: {self.metric_at!r}")
 
 
 @dataclass
@@ -595,11 +600,13 @@ class MLPerfRun:
             io_evaluated = usage.io_counters()
             self.eval_samples += n_eval
             self.eval_seconds += eval_s
-            if self.style.metric_in_eval:
+            if self.style.metric_at == "eval":
                 self._log_metric(epoch, metric, extra)
             self.log.end(C.EVAL_STOP, metadata={"epoch_num": epoch})
+            if self.style.metric_at == "after_eval":
+                self._log_metric(epoch, metric, extra)
             self.log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch})
-            if not self.style.metric_in_eval:
+            if self.style.metric_at == "after_epoch":
                 self._log_metric(epoch, metric, extra)
             self.epochs_done, self.last_metric = epoch, float(metric)
             sync = {k: (v - (sync_start[k] or 0)) if v is not None else None for k, v in self._grad_sync().items()}

@@ -71,7 +71,7 @@ def learning_rate(cfg: dict, global_batch: int, epoch_index: int) -> float:
 
 # the reference's event order (mlcommons/hpc@2c627d4): cache_clear, then init_start
 # (cosmoflow/train.py:242-243); eval_error after epoch_stop (utils/callbacks.py:58-69)
-LOG_STYLE = LogStyle(cache_clear_first=True, metric_in_eval=False)
+LOG_STYLE = LogStyle(cache_clear_first=True, metric_at="after_epoch")
 
 
 def hyperparameters(cfg: dict, global_batch: int) -> list[tuple[str, object]]:

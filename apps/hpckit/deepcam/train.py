@@ -72,7 +72,7 @@ def iou_per_sample(pred: torch.Tensor, labels: torch.Tensor, n_classes: int) -> 
 # the reference's event order (mlcommons/hpc@2c627d4): init_start, then cache_clear
 # (deepcam/src/deepCam/train.py:67-68); eval_accuracy, and target_accuracy_reached when
 # reached, between eval_start and eval_stop (driver/validation.py:86-91)
-LOG_STYLE = LogStyle(cache_clear_first=False, metric_in_eval=True, target_event="target_accuracy_reached")
+LOG_STYLE = LogStyle(cache_clear_first=False, metric_at="eval", target_event="target_accuracy_reached")
 
 
 def hyperparameters(cfg: dict, global_batch: int) -> list[tuple[str, object]]:

@@ -37,11 +37,10 @@ from hpckit.common.run import (LogStyle, MLPerfRun, Quality, StageAs, check_fini
 from hpckit.oc20 import BENCHMARK, DESCRIPTOR, data
 from hpckit.oc20.model import build_model, validate_model_config
 
-# the reference's event order (mlperf_forces_trainer.py:385-424): cache_clear before
-# init_start; eval_error after eval_stop (:532-537). The kit's run protocol puts the metric
-# either inside the evaluation or after epoch_stop: after, the nearer (the reference logs it
-# between eval_stop and epoch_stop; docs/differences-from-reference.md)
-LOG_STYLE = LogStyle(cache_clear_first=True, metric_in_eval=False)
+# the reference's event order (mlcommons/hpc@2c627d4 open_catalyst/ocpmodels/trainers/
+# mlperf_forces_trainer.py:385-424): cache_clear before init_start; eval_error between
+# eval_stop and epoch_stop (:532-537)
+LOG_STYLE = LogStyle(cache_clear_first=True, metric_at="after_eval")
 
 
 def validate_config(cfg: dict) -> None:
