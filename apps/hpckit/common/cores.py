@@ -22,11 +22,10 @@ How many may run, and who gets the cores, depends on where the step runs:
   fraction of the time (a 16 MB CosmoFlow sample gunzips in tens of milliseconds, a CPU
   step takes seconds per sample): at most half of the rank's CPUs (at least one) run
   workers, and the intra-op threads take every CPU of the rank;
-- with an accelerator the CPU's work is feeding it: the workers may take every CPU but the
-  MAIN_PROCESS_CPUS the training process itself keeps (its loop, which launches the
-  kernels, and the thread that copies each batch into pinned memory; bench/feed_rate.py
-  measures that process's CPU time per sample), and the intra-op threads take the CPUs
-  the workers leave.
+- with an accelerator the CPU's work is feeding it: the workers (the loader's reader
+  threads, common/feed.py) may take every CPU but the MAIN_PROCESS_CPUS the training loop
+  keeps (bench/feed_rate.py measures the path's CPU per sample), and the intra-op threads
+  take the CPUs the workers leave.
 The config's `data.loader_workers` is cut down to that cap, logged.
 What was decided is logged in the MLPerf log (`hpckit_config.cores`) and summary.json.
 """
@@ -275,11 +274,12 @@ def allocation_cpus() -> set[int]:
     return set(range(os.cpu_count() or 1))
 
 
-# With an accelerator, the CPUs the training process keeps for itself: the loop that
-# launches the step's kernels, and DataLoader's pin-memory thread, which copies every batch
-# from the workers' shared memory into pinned memory for the asynchronous host-to-device copy
-# (bench/feed_rate.py measures the main process's CPU time per sample: bench/README.md
-# "feed_rate.py").
+# With an accelerator, the CPUs the training loop keeps beside the loader: one for the thread
+# that launches the step's kernels (Python, busy while the GPU computes unless the step is a
+# CUDA graph), one for what shares its interpreter with it: the reader threads' Python glue
+# under the GIL, the CUDA runtime's threads, evaluation and logging. With DataLoader worker
+# processes instead (feed="processes") the second one is its pin-memory thread, which
+# bench/feed_rate.py measured at 7 ms per 16 MB CosmoFlow sample (bench/README.md "feed_rate.py").
 MAIN_PROCESS_CPUS = 2
 
 
