@@ -50,7 +50,7 @@ def test_plan(local_rank, local_size, affinity, allocation, workers, expect):
                                                  (16, 14, (2, 14)), (16, 16, (2, 14)), (3, 4, (2, 1))])
 def test_with_an_accelerator_the_workers_keep_their_cpus(cpus, workers, expect):
     """On a GPU node the loader may take every CPU but the training process's own
-    (cores.MAIN_PROCESS_CPUS: its loop and the pin-memory thread), not half of them."""
+    (cores.MAIN_PROCESS_CPUS, for its loop), not half of them."""
     p = cores.plan(0, 1, None, workers, accelerator=True, affinity=set(range(cpus)), allocation=set(range(cpus)))
     assert (p.threads, p.loader_workers) == expect
     assert p.threads + p.loader_workers == max(cpus, 1 + p.loader_workers)
