@@ -233,10 +233,12 @@ class GpuClock:
     until step i starts). The time the GPU waits for data is what starves it."""
 
     def __init__(self, rate: float):
-        self.rate, self.free, self.waited = rate, time.perf_counter(), 0.0
+        self.rate, self.free, self.waited, self.started = rate, 0.0, 0.0, None
 
     def step(self, samples: int) -> None:
         now = time.perf_counter()
+        if self.started is None:   # the clock starts with the first batch: the pipeline's fill is not counted
+            self.started = self.free = now
         if now > self.free:
             self.waited += now - self.free
         start = max(now, self.free)
@@ -263,12 +265,13 @@ class Epochs:
         return iter(np.concatenate([self.rng.permutation(self.n) for _ in range(passes)])[:self.length].tolist())
 
 
-def measure(make_loader, n_files: int, batch: int, workers: int, rate: float, device, cuda: bool, seconds: float,
+def measure(make_loader, n_files: int, batch: int, rate: float, device, cuda: bool, seconds: float,
             prefetch: int) -> dict:
     """A warm-up epoch over the files, then one epoch long enough for about `seconds` at the
-    warm-up's pace (and 4 times the batches the workers hold), against a GpuClock at `rate`
-    (0: no wait). Returns sustained samples/s (samples over the time until the GPU's last
-    step ends), the share of it the GPU waited for data, and CPU per sample."""
+    warm-up's pace, against a GpuClock at `rate` (0: no wait). Returns sustained samples/s
+    (samples from the first batch's step to the end of the last), the share of it the GPU
+    waited for data, and CPU per sample: between the two epochs nothing is in flight (the
+    loaders prefetch within an epoch), so the timed epoch's CPU is exactly its samples'."""
     import torch
     from hpckit.common.feed import PinnedBatches
     sampler = Epochs(n_files)
@@ -315,16 +318,14 @@ def measure(make_loader, n_files: int, batch: int, workers: int, rate: float, de
     t0 = time.perf_counter()
     warm = epoch(GpuClock(0))   # workers started, pinned buffers allocated
     pace = min(warm / (time.perf_counter() - t0), rate or float("inf"))
-    in_flight = batch * max(workers, 1) * prefetch
-    sampler.length = max(n_files, int(pace * seconds), 4 * in_flight) // batch * batch
+    sampler.length = max(n_files, int(pace * seconds), 4 * batch) // batch * batch
     pids = children()
     w0, m0, th0 = sum(map(proc_cpu, pids)), self_cpu(), thread_cpu()
     pin0 = 0.0 if cuda or threads else pinned.cpu
     clock = GpuClock(rate)
-    t0 = clock.free
     n = epoch(clock)
     time.sleep(max(0.0, clock.free - time.perf_counter()))
-    wall = clock.free - t0
+    wall = clock.free - clock.started
     w1, m1, th1 = sum(map(proc_cpu, pids)), self_cpu(), thread_cpu()
     # the busiest thread that handles every batch (a reader thread handles 1 / W of them)
     readers = {str(t.native_id) for t in loader._pool._threads} if threads else set()
@@ -513,7 +514,14 @@ def main() -> int:
                             def make(sampler, cfg=cfg, split=splits[fmt], raw=raw, feed=feed):
                                 return ddata.torch_loader(split, stats, cfg, True, 0, sampler, device=device,
                                                           device_transform=raw, feed=feed)
-                        r = measure(make, len(splits[fmt]), b, w, rate, device, cuda, seconds, cfg["data"]["prefetch"])
+                        try:
+                            r = measure(make, len(splits[fmt]), b, rate, device, cuda, seconds,
+                                        cfg["data"]["prefetch"])
+                        except Exception as e:   # one figure missing: said, the others still measured
+                            failed = True
+                            log(f"{bench:<10} {fmt:<14} {label:<9} {b:>5} {w:>7} ERROR {type(e).__name__}: "
+                                + (str(e).strip().splitlines() or [""])[0][:300])
+                            continue
                         r.update(bench=bench, fmt=fmt, feed=label, batch=b, workers=w, consumer=rate, raw=raw)
                         rows.append(r)
                         per_core = 1000 / max(r["worker_ms"] + r["main_ms"], 1e-6)
