@@ -219,3 +219,33 @@ def test_cuda_graph_refusals_and_auto(single, accumulate, optimizer, why):
     cfg = load_config("deepcam", "mini")
     step.resolve_options(cfg, _Cuda(), True, "LAMB")
     assert cfg["train"]["cuda_graph"] is True
+
+
+def test_keras_sgd_is_keras_momentum_and_skips_on_the_device():
+    """CosmoFlow's optimizer: v = m v - lr g, w += v (Keras SGD, the reference's), as the
+    three foreach ops the kit ran before issue 32; found_inf leaves v and w as they were."""
+    from hpckit.cosmoflow.optim_torch import KerasSGD
+    gen = torch.Generator().manual_seed(9)
+    params = [torch.nn.Parameter(torch.randn(4, 3, generator=gen)), torch.nn.Parameter(torch.randn(5, generator=gen))]
+    w = [p.detach().clone() for p in params]
+    v = [torch.zeros_like(p) for p in params]
+    opt = KerasSGD(params, lr=0.1, momentum=0.9)
+    for lr in (0.1, 0.05, 0.05):
+        grads = [torch.randn(p.shape, generator=gen) for p in params]
+        for p, g in zip(params, grads):
+            p.grad = g.clone()
+        for group in opt.param_groups:
+            group["lr"] = lr
+        opt.step()
+        torch._foreach_mul_(v, 0.9)
+        torch._foreach_add_(v, grads, alpha=-lr)
+        torch._foreach_add_(w, v)
+        for p, want in zip(params, w):
+            torch.testing.assert_close(p.detach(), want, rtol=1e-6, atol=1e-7)
+    before = [p.detach().clone() for p in params]
+    velocity = [opt.state[p]["velocity"].clone() for p in params]
+    for p in params:
+        p.grad = torch.zeros_like(p)
+    opt.step(found_inf=torch.tensor(1.0))
+    assert all(torch.equal(p, b) for p, b in zip(params, before))
+    assert all(torch.equal(opt.state[p]["velocity"], u) for p, u in zip(params, velocity))

@@ -215,6 +215,25 @@ class DeviceOptimizer(torch.optim.Optimizer):
             if index in self._lr:
                 self._lr[index].fill_(group["lr"])
 
+    @torch.no_grad()
+    def step(self, closure=None, found_inf: torch.Tensor | None = None):
+        """The update of every tensor with a gradient: apply(groups, grads, ok), `groups`
+        (index, group, its tensors with a gradient), `ok` a 0-d bool (False: skip)."""
+        loss = None
+        if closure is not None:
+            with torch.enable_grad():
+                loss = closure()
+        groups = [(i, g, [p for p in g["params"] if p.grad is not None]) for i, g in enumerate(self.param_groups)]
+        grads = [p.grad for _, _, ps in groups for p in ps]
+        if grads:
+            if any(g.is_sparse for g in grads):
+                raise RuntimeError(f"{type(self).__name__} does not support sparse gradients")
+            self.apply(groups, grads, self.prepare(grads, found_inf))
+        return loss
+
+    def apply(self, groups: list, grads: list, ok: torch.Tensor) -> None:
+        raise NotImplementedError
+
     def prepare(self, grads: list, found_inf) -> torch.Tensor:
         """At the start of step(): the lr copied (unless a graph is being captured), still
         scaled gradients (GradScaler's grad_scale) unscaled; returns the 0-d bool `ok`."""

@@ -22,17 +22,7 @@ class KerasSGD(DeviceOptimizer):
             raise ValueError(f"invalid momentum {momentum!r}")
         super().__init__(params, dict(lr=lr, momentum=momentum))
 
-    @torch.no_grad()
-    def step(self, closure=None, found_inf: torch.Tensor | None = None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        groups = [(i, g, [p for p in g["params"] if p.grad is not None]) for i, g in enumerate(self.param_groups)]
-        grads = [p.grad for _, _, ps in groups for p in ps]
-        if not grads:
-            return loss
-        ok = self.prepare(grads, found_inf)
+    def apply(self, groups: list, grads: list, ok: torch.Tensor) -> None:
         for index, group, params in groups:
             if not params:
                 continue
@@ -47,4 +37,3 @@ class KerasSGD(DeviceOptimizer):
             torch._foreach_mul_(velocity, torch.where(ok, torch.full_like(one, group["momentum"]), one))
             torch._foreach_add_(velocity, torch._foreach_mul([p.grad for p in params], (-lr).to(dtype)))
             torch._foreach_add_(params, torch._foreach_mul(velocity, ok.to(dtype)))
-        return loss

@@ -318,24 +318,11 @@ class LAMB(DeviceOptimizer):
         total = torch.linalg.vector_norm(torch.stack(norms))
         return torch.clamp(total / max_norm, min=1.0)
 
-    @torch.no_grad()
-    def step(self, closure=None, found_inf: torch.Tensor | None = None):
-        loss = None
-        if closure is not None:
-            with torch.enable_grad():
-                loss = closure()
-        groups = [(i, g, [p for p in g["params"] if p.grad is not None]) for i, g in enumerate(self.param_groups)]
-        grads = [p.grad for _, _, ps in groups for p in ps]
-        if not grads:
-            return loss
-        if any(g.is_sparse for g in grads):
-            raise RuntimeError("LAMB does not support sparse gradients")
-        ok = self.prepare(grads, found_inf)
+    def apply(self, groups: list, grads: list, ok: torch.Tensor) -> None:
         divisor = self._clip_divisor(grads)
         for index, group, params in groups:
             if params:
                 self._update(group, params, divisor, ok, self.lr_tensor(index, group, grads[0].device))
-        return loss
 
     def _update(self, group: dict, params: list, divisor, ok: torch.Tensor, lr: torch.Tensor) -> None:
         beta1, beta2 = group["betas"]
