@@ -28,13 +28,10 @@ def builtin_config_path(benchmark: str, name: str) -> Path:
 
 
 def _read_yaml(path: Path, what: str) -> dict:
+    from hpckit.common.inputs import read_text   # the kit's one reader: a regular file, bounded, one line
+    text = read_text(path, f"{what} {path}", limit=1 << 24)
     try:
-        with open(path) as f:
-            data = yaml.safe_load(f)
-    except OSError as e:
-        raise KitError(f"{what} {path}: cannot read ({e.strerror})")
-    except UnicodeDecodeError as e:
-        raise KitError(f"{what} {path}: not UTF-8 text (byte {e.start})")
+        data = yaml.safe_load(text)
     except yaml.YAMLError as e:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""

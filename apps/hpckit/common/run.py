@@ -291,6 +291,9 @@ def claim_output_dir(path: str | os.PathLike, instances: int = 1) -> Path:
     path = ensure_writable_dir(path, "--output-dir")
     if dist.campaign_slot(dist.detect(), instances)[1] != 0 or path.resolve() in _CLAIMS:
         return path
+    earlier = _earlier_run(path)
+    if earlier:   # refused before anything is made there (a lock file left behind would be one)
+        raise KitError(earlier)
     try:
         fd = os.open(path / ".hpckit.lock", os.O_WRONLY | os.O_CREAT, 0o644)
     except OSError as e:
@@ -300,13 +303,20 @@ def claim_output_dir(path: str | os.PathLike, instances: int = 1) -> Path:
     except OSError:
         os.close(fd)
         raise KitError(f"--output-dir {path}: another hpckit run is writing into it (its .hpckit.lock is held)")
-    for name in RUN_FILES:
-        if (path / name).exists():
-            os.close(fd)
-            raise KitError(f"--output-dir {path}: holds an earlier run's {name}; the kit never replaces a "
-                           "run's results: give a new directory")
+    earlier = _earlier_run(path)   # again under the lock: a run that finished meanwhile
+    if earlier:
+        os.close(fd)
+        raise KitError(earlier)
     _CLAIMS[path.resolve()] = fd
     return path
+
+
+def _earlier_run(path: Path) -> str | None:
+    for name in RUN_FILES:
+        if (path / name).exists():
+            return (f"--output-dir {path}: holds an earlier run's {name}; the kit never replaces a "
+                    "run's results: give a new directory")
+    return None
 
 
 def diagnosed(batches, locate_bad_file: Callable[[], KitError | None], where: str):
