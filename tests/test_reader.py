@@ -232,7 +232,9 @@ def test_a_fifo_where_a_file_is_read_is_one_line_never_a_hang(server, tmp_path):
                                      "--from", run, "--record", fifo],
                  ["package", run, "--org", "O", "--system-json", fifo, "--out", tmp_path / "p"],
                  ["package", run, "--org", "O", "--site", site, "--out", tmp_path / "p"],
-                 ["references", "calibrate", "--perflog", perf, "--out", tmp_path / "r.yaml"]):
+                 ["references", "calibrate", "--perflog", perf, "--out", tmp_path / "r.yaml"],
+                 ["train", "deepcam", "--data", tmp_path, "--config", fifo, "--output-dir", tmp_path / "o"],
+                 ["describe", "cosmoflow", "--config", fifo]):
         res = server.run(argv, cwd=tmp_path, timeout=60)
         one_line(res, "not a regular file")
 

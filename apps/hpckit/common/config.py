@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import math
+import os
 from importlib import resources
 from pathlib import Path
 from typing import Any, Iterable
@@ -119,7 +120,7 @@ def load_config(benchmark: str, spec: str, overrides: Iterable[str] = ()) -> dic
         config["name"] = spec
     else:
         path = Path(spec)
-        if not path.is_file():
+        if not os.path.lexists(path):   # a FIFO or a directory: the reader says what it is
             raise KitError(
                 f"config {spec!r}: not a built-in config ({', '.join(BUILTIN_CONFIGS)}) and no such file")
         user = _read_yaml(path, "config file")
