@@ -4,10 +4,10 @@ loader of the GPU path (cosmoflow/data.py and deepcam/data.py torch_loader on CU
 Why not DataLoader's worker processes there: a worker process collates each batch into a new
 shared-memory segment (its pages allocated and zeroed every batch), the training process maps
 it, and its single pin-memory thread copies every byte once more into pinned memory and frees
-the segment's pages. bench/feed_rate.py measured that thread at 7 ms of CPU per 16 MB
-CosmoFlow sample and 19-24 ms per 57 MB DeepCAM sample on a 2-core EPYC: one thread caps the
-whole feed at about 140 and 50 samples/s, below NVIDIA's 206 and 82 per H100, whatever the
-number of workers (bench/README.md "feed_rate.py"). Here the readers (gunzip, HDF5 and file
+the segment's pages. bench/feed_rate.py measured that thread at 7-8 ms of CPU per 16 MB
+CosmoFlow sample and 18-24 ms per 57 MB DeepCAM sample on a 2-core EPYC: one thread caps the
+whole feed at about 125-147 and 41-51 samples/s, below NVIDIA's 206 and 82 per H100, whatever
+the number of workers (bench/README.md "feed_rate.py"). Here the readers (gunzip, HDF5 and file
 reads, numpy's checks: all release the GIL for their bulk work) write each sample into its
 place in one of a ring of pinned batch buffers, and the host-to-device copy reads it from
 there: no segment, no second copy, no single thread in the way. As NVIDIA's DALI readers do.
