@@ -42,7 +42,7 @@ compare: $(STAMP)
 	$(BIN)/reframe -C site_profiles/$(PROFILE)/settings.py --performance-compare='$(COMPARE)'
 
 test: $(STAMP)
-	$(BIN)/python -m pytest tests
+	$(BIN)/python -m pytest tests --durations=30
 
 # Tests that could fail by chance, run again and again under a competing CPU load (LOAD
 # spinning processes, default one per usable core), each repetition a fresh pytest session;

@@ -180,7 +180,7 @@ def test_bad_input_is_one_line(tmp_path, mini_runs):
         (("project", "--benchmark", "deepcam", "--units", "1", "--local-batch", "8",
           "--from", tmp_path / "nowhere"), "nowhere"),
         (("project", "--benchmark", "deepcam", "--units", "0", "--local-batch", "8", "--from", mini_runs[0]),
-         "--units 0"),
+         "--units: 0"),
         (("project", "--benchmark", "deepcam", "--units", "2", "--local-batch", "8", "--from", mini_runs[0],
           "--record", bad_record), str(bad_record)),
         (("project", "--benchmark", "cosmoflow", "--units", "2", "--local-batch", "8", "--from", mini_runs[0]),

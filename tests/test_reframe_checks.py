@@ -74,8 +74,9 @@ def test_list_and_dry_run(tmp_path):
     for fw in FRAMEWORKS:
         assert f'- CosmoFlowCheck %framework={fw} ' in out
     assert '- DeepCAMCheck %framework=pytorch ' in out
+    assert '- OC20Check %framework=pytorch ' in out
     assert out.count("^CosmoFlowData ~local 'dataset") == 2   # one fixture, shared
-    assert 'Found 3 check(s)' in out
+    assert 'Found 4 check(s)' in out
 
     rc, out = reframe(tmp_path, '--dry-run')
     assert rc == 0, out
@@ -90,10 +91,11 @@ def test_list_and_dry_run(tmp_path):
         assert 'hpckit check out/mlperf.log --ruleset mini' in script
     deepcam = (next(stage.glob('DeepCAMCheck_*')) / 'rfm_job.sh').read_text()
     assert re.search(r'^hpckit train deepcam --data \S+/DeepCAMData_\w+/data --config mini '
-                     r'--framework pytorch --output-dir out .*--seed 333$', deepcam, re.M)
+                     r'--framework pytorch --output-dir out .*--seed 333 '
+                     r'--set mlperf.platform=\S+$', deepcam, re.M)
     assert 'hpckit check out/mlperf.log --ruleset mini' in deepcam
     assert ' --deterministic ' in deepcam   # a regression check: same seed, same curve
-    assert out.count('P: time_to_train: None min\n') == 3 and '(r:' not in out   # nothing to judge against
+    assert out.count('P: time_to_train: None min\n') == 4 and '(r:' not in out   # nothing to judge against
 
 
 def test_campaign_repeats_with_own_seed_and_stage_dir(tmp_path):
@@ -105,7 +107,7 @@ def test_campaign_repeats_with_own_seed_and_stage_dir(tmp_path):
     stage = tmp_path / 'rfm' / 'stage' / 'local' / 'default' / 'hpckit-venv'
     scripts = {p.parent.name: p.read_text() for p in stage.glob('DeepCAMCheck_*/rfm_job.sh')}
     assert len(scripts) == 5 and len(list(stage.glob('DeepCAMData_*'))) == 1
-    seeds = sorted(int(re.search(r'--seed (\d+)$', s, re.M)[1]) for s in scripts.values())
+    seeds = sorted(int(re.search(r'--seed (\d+) ', s)[1]) for s in scripts.values())
     assert seeds == [333, 334, 335, 336, 337]
     assert all('--stage-dir staged ' in s for s in scripts.values())   # relative: per test
     assert not any('--deterministic' in s for s in scripts.values())   # the campaign runs free
@@ -209,6 +211,7 @@ def test_calibrated_references_catch_half_the_cores(full_run, tmp_path):
     base, rc, out = full_run
     assert rc == 0, out
     refs = tmp_path / 'refs' / 'references.yaml'
+    refs.parent.mkdir()   # calibrate writes into a directory that exists
     proc = subprocess.run([sys.executable, '-m', 'hpckit', 'references', 'calibrate', '--perflog',
                            str(base / 'rfm' / 'perflogs'), '--out', str(refs), '--min-runs', '1',
                            '--floor', '0.25', '--ceiling', '0.6'], capture_output=True, text=True, cwd=REPO)
@@ -288,6 +291,7 @@ def test_calibrated_references_catch_throttled_storage(tmp_path):
         assert rc == 0, out
         healthy = perflog_records(tmp_path / 'healthy')[('CosmoFlowCheck', 'pytorch', 'staging_time')][0]
         refs = tmp_path / 'refs' / 'references.yaml'
+        refs.parent.mkdir()   # calibrate writes into a directory that exists
         proc = subprocess.run([sys.executable, '-m', 'hpckit', 'references', 'calibrate', '--perflog',
                                str(tmp_path / 'healthy' / 'rfm' / 'perflogs'), '--out', str(refs), '--min-runs',
                                '1', '--floor', '0.25', '--ceiling', '0.6'], capture_output=True, text=True, cwd=REPO)
@@ -373,6 +377,7 @@ def test_a_fail_names_the_package_that_changed_since_calibration(tmp_path):
     rc, out = reframe(tmp_path / 'calibration', *args, timeout=TRAINING_TIMEOUT_S)
     assert rc == 0, out
     refs = tmp_path / 'refs' / 'references.yaml'
+    refs.parent.mkdir()   # calibrate writes into a directory that exists
     proc = subprocess.run([sys.executable, '-m', 'hpckit', 'references', 'calibrate', '--perflog',
                            str(tmp_path / 'calibration' / 'rfm' / 'perflogs'), '--out', str(refs), '--min-runs', '1',
                            '--floor', '0', '--ceiling', '0', '--resolution', 's=0', '--resolution', 'min=0'],
