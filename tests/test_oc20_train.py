@@ -78,13 +78,14 @@ def test_mini_run_converges_and_is_compliant(mini_run):
     first = {e["key"]: e for e in reversed(events)}
     assert first["opt_name"]["value"] == "AdamW" and first["submission_benchmark"]["value"] == "oc20"
     assert first["opt_learning_rate_decay_boundary_steps"]["value"] == MINI["optimizer"]["lr_milestones"]
-    # the reference's order: cache_clear before init_start; per epoch eval_error after eval_stop
+    # the reference's order: cache_clear before init_start; per epoch eval_error between
+    # eval_stop and epoch_stop (mlperf_forces_trainer.py:532-537; LogStyle.metric_at "after_eval")
     assert keys.index("cache_clear") < keys.index("init_start") < keys.index("init_stop") < keys.index("run_start")
     errors = [e for e in events if e["key"] == "eval_error"]
     assert len(errors) == s["epochs"] == keys.count("epoch_start")
     assert [e["metadata"]["epoch_num"] for e in errors] == list(range(1, s["epochs"] + 1))
     assert errors[0]["value"] > errors[-1]["value"]
-    assert keys.index("eval_stop") < keys.index("eval_error")
+    assert keys.index("eval_stop") < keys.index("eval_error") < keys.index("epoch_stop")
     # staged as the node's records, one LMDB; the run's figures
     stop = first["staging_stop"]["metadata"]
     assert stop["staged"] is True and "one LMDB" in stop["written_as"] and stop["bytes"] > 0
