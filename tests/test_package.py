@@ -192,10 +192,11 @@ def test_mini_runs_package_passes_with_mini_ruleset(deepcam_runs, tmp_path):
     assert recorded["packages"]["sha256"] in desc["other_software_stack"]["python packages"]
     assert desc["operating_system"].startswith(recorded["host"]["os"])
     impl = org / "benchmarks" / "deepcam" / "implementations" / f"hpckit-{pkg.kit_version()}"
-    provs = json.loads((impl / "provenance.json").read_text())
+    provs = json.loads((impl / "provenance_local_cpu_strong.json").read_text())
     assert sorted(provs) == [f"results/local_cpu/strong/deepcam/result_{i}.txt" for i in range(5)]
     assert all(v["provenance"]["packages"]["list"] == recorded["packages"]["list"] for v in provs.values())
-    assert "Software stack recorded by the runs" in (impl / "README.md").read_text()
+    assert "Software stack recorded by the runs" in (impl / "README_local_cpu_strong.md").read_text()
+    assert "README_<system>_<scaling>.md" in (impl / "README.md").read_text()
 
     # Judged by the official hpc 3.0.0 rules the mini runs fail (target 0.82, real dataset sizes) ...
     pc = official("package_checker", org, "3.0.0", "--log_output", str(tmp_path / "off.log"), cwd=tmp_path)

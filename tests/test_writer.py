@@ -10,9 +10,7 @@ from __future__ import annotations
 
 import argparse
 import ast
-import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 
@@ -268,25 +266,55 @@ def test_a_report_failing_part_way_leaves_nothing(server, tmp_path):
 
 
 def test_a_package_never_rewrites_an_earlier_one(server, tmp_path):
-    """A second system packaged into the same --out and org with the same kit: its results
-    would land beside the first's, but the implementation's README.md and provenance.json
-    are the first package's (they used to be replaced, the first system's provenance lost):
-    one line naming the file, nothing of the second package written; into another --out it
-    lands whole."""
+    """A second system packaged into the same --out and org with the same kit lands beside
+    the first: the implementation's README.md is the same bytes, and what its runs recorded
+    goes into README_<system>_<scaling>.md and provenance_<system>_<scaling>.json of its own
+    (the first package's files, once replaced and then refused, are left byte for byte). A
+    file of the earlier package changed since is never rewritten: one line naming it,
+    nothing of the new package written."""
     a = _logs(tmp_path / "a", nodes=1)
     res = server.run(["package", a, "--site", "local", "--org", "Org", "--out", tmp_path / "pkg"], cwd=tmp_path)
     assert res["rc"] == 0, res
     first = snapshot(tmp_path / "pkg", tmp_path / "none")
     b = _logs(tmp_path / "b", nodes=1)
-    line = _one_line(server.run(["package", b, "--site", "local", "--org", "Org", "--system", "second", "--out",
-                                 tmp_path / "pkg"], cwd=tmp_path))
-    assert "implementations" in line and "never rewrites" in line, line
-    assert snapshot(tmp_path / "pkg", tmp_path / "none") == first
-    assert sorted(p.name for p in (tmp_path / "pkg").iterdir()) == ["Org"]        # no staging left
     res = server.run(["package", b, "--site", "local", "--org", "Org", "--system", "second", "--out",
-                      tmp_path / "pkg2"], cwd=tmp_path)
+                      tmp_path / "pkg"], cwd=tmp_path)
     assert res["rc"] == 0, res
-    assert (tmp_path / "pkg2" / "Org" / "results" / "second" / "strong" / "cosmoflow" / "result_2.txt").is_file()
+    both = snapshot(tmp_path / "pkg", tmp_path / "none")
+    assert {k: v for k, v in both.items() if k in first} == first          # the first package untouched
+    org = tmp_path / "pkg" / "Org"
+    impl = next((org / "benchmarks" / "cosmoflow" / "implementations").iterdir())
+    assert sorted(p.name for p in impl.iterdir()) == [
+        "README.md", "README_local_cpu_strong.md", "README_second_strong.md",
+        "provenance_local_cpu_strong.json", "provenance_second_strong.json"]
+    assert sorted(json.loads((impl / "provenance_second_strong.json").read_text())) == [
+        f"results/second/strong/cosmoflow/result_{i}.txt" for i in range(3)]
+    assert (org / "results" / "second" / "strong" / "cosmoflow" / "result_2.txt").read_bytes() == \
+        (b / "result_2.txt").read_bytes()
+    assert sorted(p.name for p in (tmp_path / "pkg").iterdir()) == ["Org"]        # no staging left
+
+    # the same system's weak-scaling set: its own folder and files, nothing rewritten
+    w = tmp_path / "w"
+    w.mkdir()
+    for i in range(3):
+        write_log(w / f"result_{i}.txt", minutes=10.0 + i, start=10_000_000 * (i + 1), nodes=1, instance=i)
+    res = server.run(["package", w, "--site", "local", "--org", "Org", "--system", "second", "--out",
+                      tmp_path / "pkg"], cwd=tmp_path)
+    assert res["rc"] == 0, res
+    assert (impl / "provenance_second_weak.json").is_file() and (impl / "README_second_weak.md").is_file()
+    three = snapshot(tmp_path / "pkg", tmp_path / "none")
+    assert {k: v for k, v in three.items() if k in both} == both
+
+    # an earlier package's file changed by hand: refused, named, nothing written
+    readme = impl / "README.md"
+    readme.write_text(readme.read_text() + "edited by hand\n")
+    edited = snapshot(tmp_path / "pkg", tmp_path / "none")
+    c = _logs(tmp_path / "c", nodes=1)
+    line = _one_line(server.run(["package", c, "--site", "local", "--org", "Org", "--system", "third", "--out",
+                                 tmp_path / "pkg"], cwd=tmp_path))
+    assert str(readme) in line and "never rewrites" in line, line
+    assert snapshot(tmp_path / "pkg", tmp_path / "none") == edited
+    assert sorted(p.name for p in (tmp_path / "pkg").iterdir()) == ["Org"]
 
 
 # ---- no other writer --------------------------------------------------------------------------

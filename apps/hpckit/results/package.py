@@ -11,7 +11,8 @@ result logs (`result_*.txt`). The package (the layout the official package check
     DIR/<org>/results/<system>/{strong|weak}/<benchmark>/result_<i>.txt   (i from 0, by run_start)
     DIR/<org>/systems/<system>.json
     DIR/<org>/benchmarks/<benchmark>/implementations/hpckit-<version>/README.md
-    DIR/<org>/benchmarks/<benchmark>/implementations/hpckit-<version>/provenance.json
+    DIR/<org>/benchmarks/<benchmark>/implementations/hpckit-<version>/README_<system>_<scaling>.md
+    DIR/<org>/benchmarks/<benchmark>/implementations/hpckit-<version>/provenance_<system>_<scaling>.json
 
 The logs are copied byte for byte (never edited). The system description comes from the
 site profile's `system.yaml` (every field the official system-description checker
@@ -21,8 +22,14 @@ software fields (`framework`, `other_software_stack`, `operating_system`) are wh
 runs recorded when the kit made them (their provenance: summary.json beside a kit run's
 mlperf.log, else the log's hpckit_provenance line; hpckit.common.provenance), not what the
 profile claims; runs made with different software stacks are refused, as runs of
-different node counts are. provenance.json holds each result's provenance (the package
-list too where summary.json was beside the log). Every file is written atomically. `--check` then runs the official package checker and result
+different node counts are. The implementation's README.md is the same for every system
+(what the kit is, where its source is); what one results folder's runs recorded is in the
+two files named after it, as published packages keep per-system config_<system>.sh files
+there: README_<system>_<scaling>.md (the kit commit, software stack and training configs
+the runs logged, how to reproduce one) and provenance_<system>_<scaling>.json (each
+result's provenance, the package list too where summary.json was beside the log). So a
+second system, or the other scaling of the same system, packaged into the same --out adds
+its own files beside the first package's and rewrites none. Every file is written atomically. `--check` then runs the official package checker and result
 summarizer on the package (see hpckit.results.checkers; `mini` = the kit's mini ruleset).
 """
 
@@ -199,8 +206,8 @@ def _new_files(org_dir: Path, files: dict[str, bytes], system: str, groups) -> d
             if not same:
                 raise KitError(f"{target}: already exists with a different description; use another --out or --system")
         elif old != data:
-            raise KitError(f"{target}: already exists with other content (an earlier package, of another "
-                           "system or runs); hpckit package never rewrites a file: use another --out")
+            raise KitError(f"{target}: already exists with other content (changed since an earlier package "
+                           "wrote it?); hpckit package never rewrites a file: use another --out")
     return new
 
 
@@ -332,22 +339,35 @@ def software_fields(provs: dict, desc: dict, packaged_as: str) -> dict:
             "operating_system": f"{host.get('os')} (kernel {host.get('kernel')}, {host.get('machine')})"}
 
 
-def benchmark_readme(benchmark: str, runs: list, version: str, provs: dict | None = None) -> str:
+def benchmark_readme(benchmark: str, version: str) -> str:
+    """The implementation's README.md: the same for every system and scaling packaged with
+    this kit version (a second system's package leaves the first's as it is)."""
+    return "\n".join([
+        f"# {benchmark}: hpckit {version}", "",
+        f"Implementation: the MLPerf HPC reproducibility kit (`hpckit`, distribution `mlperf-hpc-kit` {version}); "
+        f"its source: `apps/hpckit/{benchmark}/` and `apps/hpckit/common/` of the kit's repository.", "",
+        "What each results folder's runs recorded (results/<system>/<scaling>/" f"{benchmark}/):", "",
+        "- `README_<system>_<scaling>.md`: the kit commit, software stack and training config the runs "
+        "logged, and how to reproduce one;",
+        "- `provenance_<system>_<scaling>.json`: every result file's full provenance record.", ""])
+
+
+def results_readme(benchmark: str, system: str, scaling: str, runs: list, version: str,
+                   provs: dict | None = None) -> str:
+    """README_<system>_<scaling>.md: what the runs of one results folder recorded."""
     from hpckit.common.provenance import summary_line
     recorded = {(p.get("kit") or {}).get("commit") for p in (provs or {}).values() if p}
     recorded.discard(None)
     commit = ", ".join(sorted(recorded)) if recorded else _git_commit()
     configs = sorted({c for c in (_hpckit_config(p) for p, _ in runs) if c})
-    lines = [f"# {benchmark}: hpckit {version}", "",
-             "Implementation: the MLPerf HPC reproducibility kit (`hpckit`, distribution "
-             f"`mlperf-hpc-kit` {version}).",
-             f"Source: the kit's repository{f' at commit {commit}' if commit else ''}, "
-             f"`apps/hpckit/{benchmark}/` and `apps/hpckit/common/`"
+    lines = [f"# {benchmark} on {system} ({scaling} scaling): hpckit {version}", "",
+             f"{len(runs)} result file(s) in `results/{system}/{scaling}/{benchmark}/`.",
+             f"Source: the kit's repository{f' at commit {commit}' if commit else ''}"
              + (" (the commit the runs recorded)." if recorded else "."), ""]
     stacks = sorted({summary_line(p) for p in (provs or {}).values() if p})
     if stacks:
         lines += ["Software stack recorded by the runs (`hpckit_provenance`; every result's full record, "
-                  "with the installed packages, in `provenance.json`):", "",
+                  f"with the installed packages, in `provenance_{system}_{scaling}.json`):", "",
                   *(f"- {s}" for s in stacks), ""]
     if configs:
         lines += [f"Training config(s) logged by the runs (`hpckit_config`): {', '.join(configs)}.", "",
@@ -358,7 +378,6 @@ def benchmark_readme(benchmark: str, runs: list, version: str, provs: dict | Non
         lines += ["The runs were not written by hpckit (no `hpckit_config` line); they are "
                   "packaged as given.", ""]
     return "\n".join(lines)
-
 
 def main(args) -> int:
     from hpckit.common.fileio import atomic_write_text, check_output, place_tree
@@ -416,7 +435,7 @@ def main(args) -> int:
     check_one_stack(provs)
     version = kit_version()
     recorded = software_fields(provs, desc, f"list in benchmarks/<benchmark>/implementations/hpckit-{version}/"
-                                            "provenance.json")
+                                            f"provenance_{system}_<scaling>.json")
     if recorded:
         desc.update(recorded)
         note = "Software fields as recorded by the runs (hpckit_provenance)."
@@ -460,16 +479,17 @@ def main(args) -> int:
     org_dir = out_root / args.org
     checker_txt = out_root / f"{args.org}.package_checker.txt"
     files: dict[str, bytes] = {f"systems/{system}.json": _json_bytes(desc)}
-    prov_files: dict[str, dict] = {}
     for (scaling, bench), members in sorted(groups.items()):
+        results = f"results/{system}/{scaling}/{bench}"
         for i, (path, _) in enumerate(members):
-            files[f"results/{system}/{scaling}/{bench}/result_{i}.txt"] = read_bytes(path, f"log {path}")
+            files[f"{results}/result_{i}.txt"] = read_bytes(path, f"log {path}")
         impl = f"benchmarks/{bench}/implementations/hpckit-{version}"
-        files[f"{impl}/README.md"] = benchmark_readme(bench, members, version, provs).encode()
-        prov_files.setdefault(f"{impl}/provenance.json", {}).update(
-            {f"results/{system}/{scaling}/{bench}/result_{i}.txt": {"source": str(path), "provenance": provs.get(path)}
+        files[f"{impl}/README.md"] = benchmark_readme(bench, version).encode()
+        files[f"{impl}/README_{system}_{scaling}.md"] = results_readme(bench, system, scaling, members, version,
+                                                                      provs).encode()
+        files[f"{impl}/provenance_{system}_{scaling}.json"] = _json_bytes(
+            {f"{results}/result_{i}.txt": {"source": str(path), "provenance": provs.get(path)}
              for i, (path, _) in enumerate(members)})
-    files.update({rel: _json_bytes(entries) for rel, entries in prov_files.items()})
     new = _new_files(org_dir, files, system, groups)
     if args.check and out_root.is_dir():    # before anything is written
         check_output(checker_txt, "--out", CHECKER_HEADER.encode())
