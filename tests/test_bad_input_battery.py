@@ -614,6 +614,12 @@ case("describe-bad-config", ["describe", "cosmoflow", "--config", "{t}/nope.yaml
 case("describe-bad-set", ["describe", "cosmoflow", "--set", "model.kernel_size=0"], "model.kernel_size")
 case("describe-deepcam-tensorflow", ["describe", "deepcam", "--framework", "tensorflow"], "--framework")
 case("describe-deepcam-bad-set", ["describe", "deepcam", "--set", "data.height=-1"], "data.height")
+case("describe-oc20-tensorflow", ["describe", "oc20", "--framework", "tensorflow"], "--framework")
+case("describe-oc20-bad-set", ["describe", "oc20", "--set", "model.cutoff=-1"], "model.cutoff")
+case("train-deepcam-tensorflow", ["train", "deepcam", "--framework", "tensorflow", "--data", "{t}",
+                                  "--output-dir", "{t}/o"], "--framework")
+case("train-oc20-tensorflow", ["train", "oc20", "--framework", "tensorflow", "--data", "{t}",
+                               "--output-dir", "{t}/o"], "--framework")
 case("containers-unknown-target", ["containers", "generate", "--target", "z80", "--out", "{t}/c"], "z80")
 case("containers-out-is-a-file", ["containers", "generate", "--out", "{t}/afile"], "afile",
      setup=lambda d: _write(d["t"] / "afile", "keep"))

@@ -134,6 +134,15 @@ def load_config(benchmark: str, spec: str, overrides: Iterable[str] = ()) -> dic
     return config
 
 
+def load_pytorch_config(args, benchmark: str, label: str, validate) -> dict:
+    """The validated config of a benchmark implemented in PyTorch only, as its reference is
+    (DeepCAM, OC20): --framework auto or pytorch, else one line."""
+    if args.framework not in ("auto", "pytorch"):
+        raise KitError(f"--framework {args.framework}: {label} is implemented in PyTorch, as the reference")
+    config = load_config(benchmark, args.config, args.overrides)
+    validate(config)
+    return config
+
 def flatten(config: dict, prefix: str = "") -> dict:
     """{'a': {'b': 1}} -> {'a.b': 1}; mappings that are values (decay schedules) stay whole."""
     flat = {}

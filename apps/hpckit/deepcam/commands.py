@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpckit.common.config import load_config
+from hpckit.common.config import load_config, load_pytorch_config
 from hpckit.common.errors import KitError
 from hpckit.deepcam import BENCHMARK
 
@@ -41,10 +41,7 @@ def describe(args) -> int:
     from hpckit.deepcam.model import describe_rows, parameter_count
     from hpckit.deepcam.train import validate_config
 
-    if args.framework not in ("auto", "pytorch"):
-        raise KitError(f"--framework {args.framework}: DeepCAM is implemented in PyTorch, as the reference")
-    cfg = load_config(BENCHMARK, args.config, args.overrides)
-    validate_config(cfg)
+    cfg = load_pytorch_config(args, BENCHMARK, "DeepCAM", validate_config)
     rows = describe_rows(cfg)
     d = cfg["data"]
     print(f"DeepCAM (DeepLabv3+, Xception), config {cfg['name']}, input "

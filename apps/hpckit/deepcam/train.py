@@ -13,7 +13,7 @@ import torch
 
 from hpckit.common import step
 from hpckit.deepcam import optim
-from hpckit.common.config import load_config, require
+from hpckit.common.config import load_pytorch_config, require
 from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
 from hpckit.common.mllog import C
 from hpckit.common.run import (LogStyle, MLPerfRun, Quality, claim_output_dir, diagnosed, equal_train_split,
@@ -187,10 +187,7 @@ class Trainer:
 
 
 def train(args) -> int:
-    if args.framework not in ("auto", "pytorch"):
-        raise KitError(f"--framework {args.framework}: DeepCAM is implemented in PyTorch, as the reference")
-    cfg = load_config(BENCHMARK, args.config, args.overrides)
-    validate_config(cfg)
+    cfg = load_pytorch_config(args, BENCHMARK, "DeepCAM", validate_config)
     claim_output_dir(args.output_dir, getattr(args, "instances", 1))
     launched = launch(args, "pytorch", cfg)
     ranks, comm = launched.ranks, launched.comm

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from hpckit.common.config import load_config
+from hpckit.common.config import load_config, load_pytorch_config
 from hpckit.common.errors import KitError
 from hpckit.oc20 import BENCHMARK
 
@@ -36,10 +36,7 @@ def describe(args) -> int:
     from hpckit.oc20.model import describe_rows, parameter_count
     from hpckit.oc20.train import validate_config
 
-    if args.framework not in ("auto", "pytorch"):
-        raise KitError(f"--framework {args.framework}: OC20 is implemented in PyTorch, as the reference")
-    cfg = load_config(BENCHMARK, args.config, args.overrides)
-    validate_config(cfg)
+    cfg = load_pytorch_config(args, BENCHMARK, "OC20", validate_config)
     m = cfg["model"]
     rows = describe_rows(cfg)
     print(f"OC20 (DimeNet++), config {cfg['name']}: cutoff {m['cutoff']} A, at most "

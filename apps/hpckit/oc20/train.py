@@ -29,8 +29,8 @@ import time
 import torch
 
 from hpckit.common import precision
-from hpckit.common.config import load_config, require
-from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
+from hpckit.common.config import load_pytorch_config, require
+from hpckit.common.errors import EXIT_NOT_CONVERGED
 from hpckit.common.mllog import C
 from hpckit.common.run import (LogStyle, MLPerfRun, Quality, StageAs, check_finite, claim_output_dir, diagnosed,
                                equal_train_split, launch)
@@ -203,10 +203,7 @@ class Trainer:
 
 
 def train(args) -> int:
-    if args.framework not in ("auto", "pytorch"):
-        raise KitError(f"--framework {args.framework}: OC20 is implemented in PyTorch, as the reference")
-    cfg = load_config(BENCHMARK, args.config, args.overrides)
-    validate_config(cfg)
+    cfg = load_pytorch_config(args, BENCHMARK, "OC20", validate_config)
     claim_output_dir(args.output_dir, getattr(args, "instances", 1))
     launched = launch(args, "pytorch", cfg)
     ranks, comm = launched.ranks, launched.comm
