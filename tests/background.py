@@ -19,12 +19,25 @@ Linux nice value is 19, which every process it starts inherits (the nice value i
 per-thread attribute on Linux, and fork copies the calling thread's): the tests, at nice
 0, take the cores whenever they want them. Whatever a build made is released by its
 fixture, or at the end of the session if no test used it (a session stopped early).
+
+A command a build runs has a hang guard, but not in wall-clock seconds: at nice 19 a build
+gets about 1.5 % of a core while the tests keep both cores busy, so a guard of 900 s of
+wall time fails a healthy debootstrap whenever the machine is busy long enough (it did,
+under `make stress`). `run()` counts only the seconds in which the command's processes were
+not waiting for a CPU (from each task's state and CPU time in /proc/<pid>/task/<tid>): a
+command that is hung (waiting on the network, deadlocked) is caught after `guard_s`; one
+that is only starved of CPU is not. `run_hpckit` and the container tests' `_run` use it
+when called from a build's thread.
 """
 
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import tempfile
 import threading
+import time
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
@@ -75,3 +88,103 @@ def release_all() -> None:
     for name in list(_jobs):
         release(name)
     _pool.shutdown(wait=True)
+
+
+def in_build() -> bool:
+    """True in a build's thread (its commands go through `run`)."""
+    return threading.current_thread().name.startswith("background")
+
+
+def _tree(root: int) -> list[int]:
+    """`root` and its descendants, from /proc/*/stat's parent pids."""
+    children: dict[int, list[int]] = {}
+    for entry in os.scandir("/proc"):
+        if not entry.name.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry.name}/stat", "rb") as f:
+                stat = f.read()
+        except OSError:
+            continue
+        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
+        children.setdefault(ppid, []).append(int(entry.name))
+    tree, todo = [], [root]
+    while todo:
+        pid = todo.pop()
+        tree.append(pid)
+        todo.extend(children.get(pid, ()))
+    return tree
+
+
+def _sample(pids: list[int]) -> dict[tuple[int, int], tuple[bool, int]]:
+    """(pid, tid) -> (runnable: in state R, nanoseconds on a CPU so far)."""
+    tasks = {}
+    for pid in pids:
+        try:
+            tids = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tids:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
+                    stat = f.read()
+                with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
+                    cpu_ns = int(f.read().split()[0])
+            except (OSError, ValueError, IndexError):
+                continue
+            tasks[(pid, int(tid))] = (stat[stat.rindex(b")") + 2:][:1] == b"R", cpu_ns)
+    return tasks
+
+
+def run(cmd, guard_s: float, poll_s: float = 1.0, **kw) -> subprocess.CompletedProcess:
+    """subprocess.run(cmd, capture_output=True, text=True, **kw), whose hang guard does not
+    count the time the command waited for a CPU. Each poll interval counts its whole length
+    when none of the command's tasks is runnable (it waits on the network, the disk, a lock:
+    a hang looks like this), else only the CPU time its tasks got in it (a starved command
+    gets little; a spinning one counts its full time). Past `guard_s` such seconds its
+    process group is killed and subprocess.TimeoutExpired raised, saying how long it ran.
+    (The run-queue delay in schedstat would not do: the kernel adds it only when a waiting
+    task gets the CPU, seconds late.) Without schedstat (a kernel without CONFIG_SCHED_INFO)
+    every second counts."""
+    cmd = [str(c) for c in cmd]
+    schedstat = os.path.exists("/proc/self/schedstat")
+    with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+        # its own process group (to kill it whole), not its own session: with autogroup
+        # scheduling a new session is a new group that nice no longer ranks below the tests
+        proc = subprocess.Popen(cmd, stdout=out, stderr=err, process_group=0, **kw)
+        start = last = time.monotonic()
+        counted = 0.0
+        cpu_seen: dict[tuple[int, int], int] = {}
+        while True:
+            try:
+                proc.wait(timeout=poll_s)
+                break
+            except subprocess.TimeoutExpired:
+                pass
+            now = time.monotonic()
+            step = now - last
+            if schedstat:
+                tasks = _sample(_tree(proc.pid))
+                cpu = sum(ns - cpu_seen.get(task, 0) for task, (_, ns) in tasks.items()) / 1e9
+                cpu_seen.update({task: ns for task, (_, ns) in tasks.items()})
+                if any(runnable for runnable, _ in tasks.values()):
+                    step = min(step, cpu)
+            counted += step
+            last = now
+            if counted > guard_s:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except ProcessLookupError:
+                    pass
+                proc.wait()
+                out.seek(0)
+                err.seek(0)
+                raise subprocess.TimeoutExpired(
+                    cmd, guard_s, output=out.read().decode(errors="replace"),
+                    stderr=(err.read().decode(errors="replace") +
+                            f"\nbackground.run: killed after {counted:.0f} s not waiting for a CPU "
+                            f"({now - start:.0f} s of wall time)"))
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess(cmd, proc.returncode, out.read().decode(errors="replace"),
+                                           err.read().decode(errors="replace"))

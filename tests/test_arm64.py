@@ -51,8 +51,7 @@ def _build_rootfs() -> dict:
     if why:
         return {"why": why}
     t0 = time.monotonic()
-    proc = subprocess.run(["sh", "tests/arm64/build_rootfs.sh", str(BUILD)], cwd=REPO, capture_output=True,
-                          text=True, timeout=3600)
+    proc = background.run(["sh", "tests/arm64/build_rootfs.sh", BUILD], 3600, cwd=REPO)
     assert proc.returncode == 0, proc.stderr[-3000:]
     return {"why": None, "times": f"arm64 root file system: {time.monotonic() - t0:.0f} s "
                                   f"(in the background at nice {background.NICE})"}

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import os
 import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -46,3 +48,61 @@ def test_release_once_and_a_prerequisite_started_by_a_build():
     assert released == [2]
     with pytest.raises(KeyError, match="no background build 'test-unknown'"):
         background.result("test-unknown")
+
+
+# ---- background.run: a hang guard that a starved command does not trip ---------------------
+
+WORK = ("import time\n"
+        "while time.process_time() < {cpu}:\n"
+        "    pass\n"
+        "print('done')\n")
+
+
+def test_a_starved_command_is_not_taken_for_a_hung_one():
+    """The command needs 0.3 s of CPU at nice 10 on a core where a nice-0 process spins
+    (it gets about a tenth of that core): it takes several seconds of wall time, past a
+    1.5 s guard. subprocess.run's wall-clock guard kills it (so the setup does starve it);
+    background.run's, which counts only the time it was not waiting for a CPU, lets it end."""
+    core = str(min(os.sched_getaffinity(0)))
+    spin = subprocess.Popen(["taskset", "-c", core, sys.executable, "-c", "while True:\n    pass\n"])
+    try:
+        cmd = ["nice", "-n", "10", "taskset", "-c", core, sys.executable, "-c", WORK.format(cpu=0.3)]
+        with pytest.raises(subprocess.TimeoutExpired):
+            subprocess.run(cmd, capture_output=True, timeout=1.5)
+        t0 = time.monotonic()
+        proc = background.run(cmd, 1.5, poll_s=0.2)
+        assert proc.returncode == 0 and proc.stdout == "done\n", proc
+        assert time.monotonic() - t0 > 1.5            # it did run past the guard in wall time
+    finally:
+        spin.kill()
+        spin.wait()
+
+
+def _alive(pid: int) -> bool:
+    try:
+        with open(f"/proc/{pid}/stat") as f:
+            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+def test_a_hung_command_is_killed_with_its_children(tmp_path):
+    """A command that waits (a stalled download, a deadlock) uses no CPU and waits for none:
+    every second counts, and past the guard its whole process group is killed."""
+    t0 = time.monotonic()
+    with pytest.raises(subprocess.TimeoutExpired) as err:
+        background.run(["sh", "-c", "echo started; sleep 300 & echo $! > pid; wait"], 2, poll_s=0.2,
+                       cwd=tmp_path)
+    assert 2 <= time.monotonic() - t0 < 30
+    assert err.value.output == "started\n" and "not waiting for a CPU" in err.value.stderr
+    child = int((tmp_path / "pid").read_text())
+    deadline = time.monotonic() + 10
+    while _alive(child) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not _alive(child), "the command's child outlived the guard"
+
+
+def test_run_returns_what_subprocess_run_returns():
+    proc = background.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); "
+                                                 "sys.exit(3)"], 60)
+    assert (proc.returncode, proc.stdout, proc.stderr) == (3, "out\n", "err\n")
