@@ -553,12 +553,17 @@ def _checker_pids(log: Path) -> list[int]:
 @pytest.mark.parametrize("signum", ["SIGTERM", "SIGKILL"])
 def test_the_checker_dies_with_hpckit_check(helmholtz, tmp_path, signum):
     """A log the checker takes tens of seconds over (lines of 60 kB, under the bound); the
-    `hpckit check` running it is killed: its checker goes within seconds, never orphaned."""
+    `hpckit check` running it is killed: its checker goes within seconds, never orphaned.
+    Terminated, it also removes its private temporary directory; a SIGKILLed one cannot (its
+    TMPDIR is the test's, so the directory goes with the test's, not left in /tmp)."""
     import signal
     import time
     log = _with_lines(helmholtz, tmp_path / "slow.txt", 60_000, 60)
+    tmpdir = tmp_path / "tmp"
+    tmpdir.mkdir()
     parent = subprocess.Popen([sys.executable, "-m", "hpckit", "check", str(log), "--ruleset", "hpc-2.0.0"],
-                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path)
+                              stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, cwd=tmp_path,
+                              env={**os.environ, "TMPDIR": str(tmpdir)})
     try:
         deadline = time.monotonic() + 60
         while not _checker_pids(log):
@@ -573,6 +578,11 @@ def test_the_checker_dies_with_hpckit_check(helmholtz, tmp_path, signum):
             time.sleep(0.1)
         left = [p for p in _checker_pids(log)]
         assert not left, f"checker process(es) {left} outlived hpckit check ({signum})"
+        made = [p.name for p in tmpdir.iterdir()]
+        if signum == "SIGKILL":
+            assert len(made) == 1 and made[0].startswith("hpckit-check-"), made   # the one it was using
+        else:
+            assert made == [], f"hpckit check, terminated, left {made} in its TMPDIR"
     finally:
         parent.kill()
         for p in _checker_pids(log):
