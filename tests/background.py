@@ -95,19 +95,34 @@ def in_build() -> bool:
     return threading.current_thread().name.startswith("background")
 
 
+def guarded(cmd, timeout: float, **kw) -> subprocess.CompletedProcess:
+    """A test helper's command with the hang guard that fits where it runs: `run` in a
+    build's thread (niced, it may be starved), else subprocess.run's wall-clock timeout."""
+    if in_build():
+        return run(cmd, timeout, **kw)
+    return subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, **kw)
+
+
+def stat_fields(path: str) -> list[str]:
+    """The fields of a /proc/<pid>/stat (or task stat) after the command name: [state, ppid,
+    ...]; [] when the process is gone."""
+    try:
+        with open(path, "rb") as f:
+            stat = f.read()
+    except OSError:
+        return []
+    return stat[stat.rindex(b")") + 2:].decode().split()
+
+
 def _tree(root: int) -> list[int]:
     """`root` and its descendants, from /proc/*/stat's parent pids."""
     children: dict[int, list[int]] = {}
     for entry in os.scandir("/proc"):
         if not entry.name.isdigit():
             continue
-        try:
-            with open(f"/proc/{entry.name}/stat", "rb") as f:
-                stat = f.read()
-        except OSError:
-            continue
-        ppid = int(stat[stat.rindex(b")") + 2:].split()[1])
-        children.setdefault(ppid, []).append(int(entry.name))
+        fields = stat_fields(f"/proc/{entry.name}/stat")
+        if fields:
+            children.setdefault(int(fields[1]), []).append(int(entry.name))
     tree, todo = [], [root]
     while todo:
         pid = todo.pop()
@@ -125,14 +140,14 @@ def _sample(pids: list[int]) -> dict[tuple[int, int], tuple[bool, int]]:
         except OSError:
             continue
         for tid in tids:
+            fields = stat_fields(f"/proc/{pid}/task/{tid}/stat")
             try:
-                with open(f"/proc/{pid}/task/{tid}/stat", "rb") as f:
-                    stat = f.read()
                 with open(f"/proc/{pid}/task/{tid}/schedstat") as f:
                     cpu_ns = int(f.read().split()[0])
             except (OSError, ValueError, IndexError):
                 continue
-            tasks[(pid, int(tid))] = (stat[stat.rindex(b")") + 2:][:1] == b"R", cpu_ns)
+            if fields:
+                tasks[(pid, int(tid))] = (fields[0] == "R", cpu_ns)
     return tasks
 
 

@@ -47,11 +47,7 @@ def pytest_sessionfinish(session, exitstatus):
 
 def run_hpckit(*args, timeout=600, env=None, check=False) -> subprocess.CompletedProcess:
     full_env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1", **(env or {})}
-    cmd = [sys.executable, "-m", "hpckit", *map(str, args)]
-    if background.in_build():   # niced: its guard counts the time it was not starved
-        proc = background.run(cmd, timeout, env=full_env, cwd=REPO)
-    else:
-        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=full_env, cwd=REPO)
+    proc = background.guarded([sys.executable, "-m", "hpckit", *args], timeout, env=full_env, cwd=REPO)
     if check and proc.returncode != 0:
         raise AssertionError(f"hpckit {' '.join(map(str, args))} failed ({proc.returncode}):\n"
                              f"{proc.stdout[-3000:]}\n{proc.stderr[-3000:]}")

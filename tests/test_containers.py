@@ -268,10 +268,7 @@ NOBODY = 65534
 
 
 def _run(cmd, timeout, **kw):
-    if background.in_build():   # niced: its guard counts the time it was not starved
-        proc = background.run(cmd, timeout, **kw)
-    else:
-        proc = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=timeout, **kw)
+    proc = background.guarded(cmd, timeout, **kw)
     assert proc.returncode == 0, (f"{' '.join(map(str, cmd))} failed ({proc.returncode}):\n"
                                   f"{proc.stdout[-4000:]}\n{proc.stderr[-4000:]}")
     return proc

@@ -143,6 +143,7 @@ def load_pytorch_config(args, benchmark: str, label: str, validate) -> dict:
     validate(config)
     return config
 
+
 def flatten(config: dict, prefix: str = "") -> dict:
     """{'a': {'b': 1}} -> {'a.b': 1}; mappings that are values (decay schedules) stay whole."""
     flat = {}

@@ -346,7 +346,7 @@ def benchmark_readme(benchmark: str, version: str) -> str:
         f"# {benchmark}: hpckit {version}", "",
         f"Implementation: the MLPerf HPC reproducibility kit (`hpckit`, distribution `mlperf-hpc-kit` {version}); "
         f"its source: `apps/hpckit/{benchmark}/` and `apps/hpckit/common/` of the kit's repository.", "",
-        "What each results folder's runs recorded (results/<system>/<scaling>/" f"{benchmark}/):", "",
+        f"What each results folder's runs recorded (results/<system>/<scaling>/{benchmark}/):", "",
         "- `README_<system>_<scaling>.md`: the kit commit, software stack and training config the runs "
         "logged, and how to reproduce one;",
         "- `provenance_<system>_<scaling>.json`: every result file's full provenance record.", ""])
@@ -378,6 +378,7 @@ def results_readme(benchmark: str, system: str, scaling: str, runs: list, versio
         lines += ["The runs were not written by hpckit (no `hpckit_config` line); they are "
                   "packaged as given.", ""]
     return "\n".join(lines)
+
 
 def main(args) -> int:
     from hpckit.common.fileio import atomic_write_text, check_output, place_tree
