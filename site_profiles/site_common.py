@@ -216,12 +216,24 @@ def venv_configuration(settings_file, *, descr, partitions, omp_num_threads, env
     the repository, every partition in the one environment `hpckit-venv` (the
     repository's .venv first on PATH, OMP_NUM_THREADS, unbuffered Python, then
     `env_vars`); performance references per machine (machine_reference_prefix).
+    HPCKIT_OMP_NUM_THREADS, where set, is every training's `--threads` (a partition
+    extra) and OMP_NUM_THREADS.
     With `runtimes`, the partitions run in those container environments instead (the
     `target` image, from HPCKIT_DATA/images by default), the venv
     still first on PATH (where pip put podman-hpc)."""
     here, name, repo = _profile(settings_file)
     _set_reference_prefix(machine_reference_prefix(here))
     venv_bin = os.path.join(repo, '.venv', 'bin')
+    threads = env('HPCKIT_OMP_NUM_THREADS')
+    if threads and not (threads.isdigit() and int(threads) > 0):
+        raise ValueError(f'HPCKIT_OMP_NUM_THREADS={threads!r}: not a number of threads per rank (1, 2, ...)')
+    if threads:
+        # intra-op threads per rank, imposed (`hpckit train --threads`; OMP_NUM_THREADS
+        # alone gives way to the kit's core plan): where the plan cannot see who else
+        # computes on the cores (namespace nodes sharing one machine, a shared machine)
+        omp_num_threads = threads
+        partitions = [{**p, 'extras': {**p.get('extras', {}), 'threads': int(threads)}}
+                      for p in partitions]
     variables = [['PATH', f'"{venv_bin}":$PATH'],
                  ['OMP_NUM_THREADS', omp_num_threads],
                  ['PYTHONUNBUFFERED', '1'],

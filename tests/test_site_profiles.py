@@ -213,6 +213,24 @@ def test_settings_site_variables(target, tmp_path):
     assert not any(a.startswith("--account") for a in part["access"])
 
 
+@pytest.mark.parametrize("profile", ["local", "local-containers", "slurm-local", "slurm-multinode"])
+def test_threads_per_rank_from_the_environment(profile):
+    """HPCKIT_OMP_NUM_THREADS is every training's --threads (a partition extra the checks
+    pass on) and OMP_NUM_THREADS, in every profile that runs on the machine it starts on;
+    unset, the kit's core plan decides; a value that is not a thread count is refused."""
+    def threads(conf):
+        site = conf["site_configuration"]
+        omp = {e["name"]: dict(e["env_vars"]).get("OMP_NUM_THREADS") for e in site["environments"]}
+        return [p.get("extras", {}).get("threads") for p in site["systems"][0]["partitions"]], set(omp.values())
+    extras, omp = threads(settings(profile, HPCKIT_OMP_NUM_THREADS="1"))
+    assert extras and set(extras) == {1} and omp == {"1"}
+    extras, _ = threads(settings(profile))
+    assert set(extras) == {None}
+    for bad in ("two", "0", "-1", "1.5"):
+        with pytest.raises(ValueError, match=f"HPCKIT_OMP_NUM_THREADS='{re.escape(bad)}'"):
+            settings(profile, HPCKIT_OMP_NUM_THREADS=bad)
+
+
 # ----------------------------------------------------------------- references, system.yaml
 
 @pytest.mark.parametrize("target", TARGETS)

@@ -45,18 +45,14 @@ site_configuration = venv_configuration(
                    'stage_dir': env('HPCKIT_STAGE_DIR', '/tmp/hpckit-stage'),
                    # CosmoFlow evaluates an equal share per rank: the mini set's 128
                    # validation samples cut to 126, a multiple of the 3 ranks (logged as a --set)
-                   'overrides': {'cosmoflow': [f'data.n_valid={128 // (NODES * RANKS_PER_NODE) * NODES * RANKS_PER_NODE}']},
-                   # hpckit train --threads: the kit plans a node's cores for its ranks, and
-                   # each namespace "node" sees all of this machine's cores; the 3 nodes share
-                   # them, so HPCKIT_OMP_NUM_THREADS (the tests: 1) is passed as --threads too
-                   # (OMP_NUM_THREADS alone is overridden by the kit's plan: 2 threads x 3
-                   # ranks on 2 cores made the mini DeepCAM 11 min instead of about 1)
-                   **({'threads': int(os.environ['HPCKIT_OMP_NUM_THREADS'])}
-                      if os.environ.get('HPCKIT_OMP_NUM_THREADS') else {})},
+                   'overrides': {'cosmoflow': [f'data.n_valid={128 // (NODES * RANKS_PER_NODE) * NODES * RANKS_PER_NODE}']}},
     }],
-    # intra-op threads per rank: a node's cores shared by its ranks (HPCKIT_OMP_NUM_THREADS:
-    # the nodes of tests/slurm/multinode.sh share one machine's cores, the tests give 1)
-    omp_num_threads=env('HPCKIT_OMP_NUM_THREADS', str(max(1, (os.cpu_count() or 2) // RANKS_PER_NODE))),
+    # intra-op threads per rank: a node's cores shared by its ranks. The kit plans a node's
+    # cores for its ranks, and each namespace "node" sees all of this machine's cores: the
+    # tests give HPCKIT_OMP_NUM_THREADS=1, which venv_configuration passes as --threads too
+    # (OMP_NUM_THREADS alone gives way to the kit's plan: 2 threads x 3 ranks on 2 cores
+    # made the mini DeepCAM 11 min instead of about 1)
+    omp_num_threads=str(max(1, (os.cpu_count() or 2) // RANKS_PER_NODE)),
     # a rank that exits non-zero ends the step: the others do not wait on it
     env_vars=[['SLURM_KILL_BAD_EXIT', '1']],
 )
