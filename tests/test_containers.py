@@ -385,7 +385,7 @@ def _threads() -> list[str]:
     cgroup competes with the load's processes as one group: the CPU scheduler balanced
     the groups and left both intra-op threads of a 2-thread training on one core, where
     each OpenMP barrier waited a time slice (the mini DeepCAM: 3 s an epoch alone, none
-    in 150 s beside one spinning process; 1 thread: 5 s either way)."""
+    in 150 s beside one spinning process; bound to one core, 1 thread: 5 s either way)."""
     n = os.environ.get("HPCKIT_OMP_NUM_THREADS")
     return ["--threads", n] if n else []
 

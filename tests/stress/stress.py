@@ -31,6 +31,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[2]
 SPIN = "while True:\n    pass\n"
+# the environment that changes what the tests do, recorded with each repetition
+RECORDED_ENV = ("CI", "HPCKIT_OMP_NUM_THREADS")
 
 
 def _die_with_parent() -> None:
@@ -114,6 +116,8 @@ def report(out_dir: Path) -> int:
     print(f"  repetitions: {len(reps)}, wall time {wall / 60:.1f} min, load: "
           f"{sorted({m['load'] for m in metas})} spinning processes on {sorted({m['cpus'] for m in metas})} usable CPUs")
     print(f"  tests: {' '.join(metas[-1]['tests']) if metas else '-'}")
+    envs = sorted({json.dumps(m["env"], sort_keys=True) if "env" in m else "not recorded" for m in metas})
+    print(f"  environment ({', '.join(RECORDED_ENV)}): {'; '.join(envs) if envs else '-'}")
     print(f"  CPU flags: {cpu_flags()}")
     width = max((len(t) for t in per_test), default=10)
     for test, t in sorted(per_test.items()):
@@ -156,7 +160,8 @@ def main(argv=None) -> int:
             found = results(rep_dir)
             bad = sorted(t for t, (o, _) in found.items() if o in ("failed", "error"))
             (rep_dir / "meta.json").write_text(json.dumps({"exit": code, "seconds": seconds, "load": load,
-                                                           "cpus": cpus, "tests": args.tests}) + "\n")
+                                                           "cpus": cpus, "tests": args.tests,
+                                                           "env": {k: os.environ.get(k) for k in RECORDED_ENV}}) + "\n")
             if code in (0, 5) and not bad:
                 (rep_dir / "output.txt").unlink()
             print(f"rep {i}: exit {code}, {seconds:.0f} s, {len(found)} tests"
