@@ -358,6 +358,12 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
     def allreduce_share(self):
         return 100 * (self.summary['usage']['grad_allreduce_share'] or 0)
 
+    @performance_function('%')
+    def cpu_wait(self):
+        # of the time the ranks' threads wanted a CPU while training, the share they waited:
+        # near 0 on a node the run has to itself (hpckit/common/usage.py)
+        return 100 * (self.summary['usage'].get('cpu_wait_share') or 0)
+
     @performance_function('MB')
     def epoch_read(self):
         return (self.summary['usage']['train_read_bytes_per_epoch'] or 0) / 1e6

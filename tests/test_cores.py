@@ -216,3 +216,34 @@ def test_tcmalloc_of_a_spack_view_or_module_is_found(tmp_path, monkeypatch):
     assert memory.find_tcmalloc() == str(tmp_path / "libtcmalloc_minimal.so.4")
     monkeypatch.setenv("LD_LIBRARY_PATH", "")
     assert memory.find_tcmalloc() == real     # the system's multiarch folder (memory.system_lib_dirs)
+
+
+# what a busy loop measures of its own CPU wait (common/usage.py), in its own process, pinned
+MEASURE = """
+import json, os, sys, time
+from hpckit.common import usage
+os.sched_setaffinity(0, {int(sys.argv[1])})
+before, t = usage.cpu_counters(), time.monotonic()
+while time.monotonic() - t < 1.5:
+    pass
+d = usage.cpu_delta(before, usage.cpu_counters())
+print(json.dumps({**d, "share": usage.wait_share(d["ran_ns"], d["waited_ns"])}))
+"""
+
+
+def test_cpu_wait_measures_a_core_shared_with_another_job():
+    """A process of another session spinning on the same core: the loop waited for it about
+    half the time, and the CPU wait says so (summary.json's usage.cpu_wait_share, the
+    ReFrame variable cpu_wait). The spinner is not a descendant of the measured process."""
+    cpu = min(os.sched_getaffinity(0))
+    spinner = subprocess.Popen([sys.executable, "-c", "import os\nos.sched_setaffinity(0, {%d})\nwhile True:\n    pass" % cpu],
+                               start_new_session=True)
+    try:
+        proc = subprocess.run([sys.executable, "-c", MEASURE, str(cpu)], capture_output=True, text=True, timeout=120)
+    finally:
+        spinner.kill()
+        spinner.wait()
+    assert proc.returncode == 0, proc.stderr
+    d = json.loads(proc.stdout)
+    # two runnable tasks of equal weight on one core: each runs about half of the time
+    assert d["ran_ns"] > 0.2e9 and d["share"] > 0.3, d

@@ -113,6 +113,7 @@ def test_what_the_run_used_is_measured(converged_run, mini_data):
     assert [e["metadata"]["epoch_num"] for e in per_epoch] == list(range(1, s["epochs"] + 1))
     assert sum(e["value"]["train_read_bytes"] for e in per_epoch) == pytest.approx(
         u["train_read_bytes_per_epoch"] * s["epochs"])
+    assert all(0 <= e["value"]["cpu_wait_share"] < 1 for e in per_epoch) and 0 <= u["cpu_wait_share"] < 1
     logged = [e for e in events if e["key"] == "hpckit_usage"]
     assert len(logged) == 1 and logged[0]["value"] == u and events[-2] is logged[0]   # just before run_stop
 

@@ -377,7 +377,7 @@ class MLPerfRun:
                            "train_read_bytes": 0, "eval_read_bytes": 0, "io_epochs": 0,
                            "sync_bytes": 0.0, "sync_batches": 0, "sync_busy_s": 0.0, "sync_train_s": 0.0,
                            "peak_rss_bytes_per_rank": None, "peak_worker_rss_bytes_per_rank": None,
-                           "peak_gpu_bytes_per_rank": None}
+                           "peak_gpu_bytes_per_rank": None, "cpu_ran_ns": 0.0, "cpu_waited_ns": 0.0}
         # the stack and machine this run is made with, recorded now (common/provenance.py)
         self.provenance = provenance.collect(framework) if self.ranks.rank == 0 else None
 
@@ -594,13 +594,14 @@ class MLPerfRun:
         for epoch in range(1, n_epochs + 1):
             self.log.start(C.EPOCH_START, metadata={"epoch_num": epoch})
             io_start, sync_start, steps_start = usage.io_counters(), self._grad_sync(), self.steps_done
+            cpu_start = usage.cpu_counters()
             try:
                 samples, seconds = train_epoch(epoch)
             except Diverged as e:
                 self.epochs_done, self.status, self.stop_reason = epoch, "aborted", str(e)
                 self._run_stop("aborted", reason=str(e))
                 return False
-            io_trained = usage.io_counters()
+            io_trained, cpu_trained = usage.io_counters(), usage.cpu_counters()
             self.train_samples += samples
             self.train_seconds += seconds
             self.log.event(HPC.THROUGHPUT, samples / seconds if seconds > 0 else 0.0, metadata={"epoch_num": epoch})
@@ -621,7 +622,7 @@ class MLPerfRun:
             self.epochs_done, self.last_metric = epoch, float(metric)
             sync = {k: (v - (sync_start[k] or 0)) if v is not None else None for k, v in self._grad_sync().items()}
             self._count_epoch(epoch, usage.io_delta(io_start, io_trained), usage.io_delta(io_trained, io_evaluated),
-                              seconds, sync, self.steps_done - steps_start)
+                              seconds, sync, self.steps_done - steps_start, usage.cpu_delta(cpu_start, cpu_trained))
             if self.quality.reached(metric):
                 self.status = "success"
                 self._run_stop("success")
@@ -644,16 +645,18 @@ class MLPerfRun:
         return sync.read() if sync is not None else {"bytes": None, "busy_s": None}
 
     def _count_epoch(self, epoch: int, train_io: dict | None, eval_io: dict | None, train_s: float,
-                     sync: dict, batches: int) -> None:
+                     sync: dict, batches: int, train_cpu: dict | None) -> None:
         """One collective per epoch, on every rank: the bytes all ranks read while training
         and evaluating, the gradient all-reduces' bytes and time in flight summed over ranks,
-        and each rank's peak memory so far (rank r's slots of the vector)."""
+        the time the ranks' threads ran and waited for a CPU while training, and each rank's
+        peak memory so far (rank r's slots of the vector)."""
         n = self.ranks.size
         peak = self.peaks.sample()
         counted = sync["bytes"] is not None   # the same communicator on every rank
         vec = [float((train_io or {}).get("rchar", 0)), float((eval_io or {}).get("rchar", 0)),
-               float(sync["bytes"] or 0), float(sync["busy_s"] or 0), float(train_s)] + [0.0] * (3 * n)
-        head = 5
+               float(sync["bytes"] or 0), float(sync["busy_s"] or 0), float(train_s),
+               float((train_cpu or {}).get("ran_ns", 0)), float((train_cpu or {}).get("waited_ns", 0))] + [0.0] * (3 * n)
+        head = 7
         for i, key in enumerate(("main_bytes", "workers_bytes", "gpu_bytes")):
             vec[head + i * n + self.ranks.rank] = float(peak[key] or 0)
         total = self.comm.allreduce_sum(vec)
@@ -661,6 +664,8 @@ class MLPerfRun:
         self.used["train_read_bytes"] += train_b
         self.used["eval_read_bytes"] += eval_b
         self.used["io_epochs"] += 1
+        self.used["cpu_ran_ns"] += total[5]
+        self.used["cpu_waited_ns"] += total[6]
         if counted:   # means over the ranks
             self.used["sync_bytes"] += total[2] / n
             self.used["sync_batches"] += batches
@@ -673,7 +678,8 @@ class MLPerfRun:
         self.log.event(HPC_USAGE_EPOCH, {"train_read_bytes": train_b, "eval_read_bytes": eval_b,
                                          "train_read_MBps": usage.mb_per_s(train_b, train_s),
                                          "grad_allreduce_share": total[3] / total[4]
-                                         if counted and total[4] > 0 else None},
+                                         if counted and total[4] > 0 else None,
+                                         "cpu_wait_share": usage.wait_share(total[5], total[6])},
                        metadata={"epoch_num": epoch})
 
     def usage_record(self) -> dict:
@@ -694,6 +700,7 @@ class MLPerfRun:
             "grad_allreduce_bytes_per_batch": u["sync_bytes"] / u["sync_batches"] if u["sync_batches"] else None,
             "grad_allreduce_share": u["sync_busy_s"] / u["sync_train_s"] if u["sync_train_s"] else None,
             "train_flops_per_sample": self.flops_per_sample,
+            "cpu_wait_share": usage.wait_share(u["cpu_ran_ns"], u["cpu_waited_ns"]),
             "train_flops_per_s_per_rank": (self.flops_per_sample * self.train_samples / self.train_seconds
                                            / self.ranks.size) if self.flops_per_sample and self.train_seconds else None,
             "measured": "rchar of /proc/<pid>/io over each rank and its loader workers, summed over ranks; "
@@ -702,7 +709,9 @@ class MLPerfRun:
                         "flight (mean over ranks; DDP overlaps it with the backward pass: an upper bound of "
                         "the wait; none on one rank, with TensorFlow, or under DDP on CUDA); FLOP/s: the network's "
                         "forward + backward FLOPs per sample (counted on meta tensors, common/flops.py) x the "
-                        "training samples per second, per rank",
+                        "training samples per second, per rank; CPU wait: the share of the ranks' and their "
+                        "workers' thread time spent waiting in a run queue while training (schedstat run_delay "
+                        "against run time, all ranks)",
         }
 
     def _run_stop(self, status: str, reason: str | None = None) -> None:

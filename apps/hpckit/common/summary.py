@@ -43,7 +43,7 @@ def write_summary(path: Path, summary: dict) -> None:
 # the usage block's figures the results commands read (hpckit analyze, the report)
 USAGE_FIGURES = ("peak_rss_bytes_max", "staging_read_MBps", "train_read_bytes_per_epoch", "train_read_MBps",
                  "grad_allreduce_bytes_per_batch", "grad_allreduce_share", "train_flops_per_sample",
-                 "train_flops_per_s_per_rank")
+                 "train_flops_per_s_per_rank", "cpu_wait_share")
 
 
 def _spec() -> dict:

@@ -12,6 +12,12 @@ Read from Linux's own accounting of the process, so it costs a few /proc reads p
   activations, batches) and, separately, the largest of its loader workers (live ones' VmHWM,
   reaped ones' ru_maxrss of RUSAGE_CHILDREN): a node needs the main process plus each worker.
 - GPU memory: torch.cuda.max_memory_allocated when the run is on CUDA.
+- CPU wait: of the time the rank's threads (and its loader workers') wanted a CPU, the share
+  they spent waiting in a run queue (the 2nd field of /proc/<pid>/task/<tid>/schedstat,
+  run_delay, against the 1st, the time they ran). Near 0 on a machine the run has to
+  itself; another process computing on its cores raises it, up to about 0.5 where a
+  2-thread rank's threads take turns on one core (docs/scaling.md, "A machine shared with
+  another job"). A throughput measured at a high share is not the machine's.
 
 Where /proc is absent (not Linux) the counters read None and the run goes on.
 """
@@ -68,6 +74,48 @@ def io_delta(before: dict | None, after: dict | None) -> dict[str, int] | None:
     if before is None or after is None:
         return None
     return {k: max(after[k] - before[k], 0) for k in before}
+
+
+def _sched(pid: int | str, into: dict) -> None:
+    """Add (ran, waited) nanoseconds of each thread of pid to `into`, by thread id."""
+    for task in Path(f"/proc/{pid}/task").glob("*"):
+        try:
+            fields = (task / "schedstat").read_text().split()
+            into[int(task.name)] = (int(fields[0]), int(fields[1]))
+        except (OSError, ValueError, IndexError):
+            continue   # a thread that ended meanwhile
+
+
+def cpu_counters() -> dict[int, tuple[int, int]] | None:
+    """thread id -> (ran, waited) nanoseconds, for this process's threads and its live
+    descendants' (the CPU wait above), or None where the kernel keeps no schedstat."""
+    if not Path("/proc/self/schedstat").is_file():
+        return None
+    threads: dict[int, tuple[int, int]] = {}
+    _sched("self", threads)
+    for pid in descendants():
+        _sched(pid, threads)
+    return threads
+
+
+def cpu_delta(before: dict | None, after: dict | None) -> dict[str, int] | None:
+    """ran_ns and waited_ns between two cpu_counters, over the threads alive at the second
+    (a loader worker started between them counts from 0; one that ended is left out: its
+    counts are gone with it)."""
+    if before is None or after is None:
+        return None
+    ran = waited = 0
+    for tid, (r, w) in after.items():
+        r0, w0 = before.get(tid, (0, 0))
+        if r >= r0 and w >= w0:        # else the id was reused by another thread
+            ran, waited = ran + r - r0, waited + w - w0
+        else:
+            ran, waited = ran + r, waited + w
+    return {"ran_ns": ran, "waited_ns": waited}
+
+
+def wait_share(ran_ns: float, waited_ns: float) -> float | None:
+    return waited_ns / (ran_ns + waited_ns) if ran_ns + waited_ns > 0 else None
 
 
 def _hwm(pid: int | str) -> int | None:

@@ -63,7 +63,8 @@ WORSE_WHEN = {"time_to_train": "higher", "staging_time": "higher", "epochs": "hi
               "train_throughput": "lower", "eval_throughput": "lower",
               "peak_memory": "higher", "epoch_read": "higher"}
 # staging_read_bandwidth is recorded, not bounded: staging_time already is, and a run that
-# stages nothing reads 0 MB/s.
+# stages nothing reads 0 MB/s. cpu_wait too: near 0 on a node of its own, and another job
+# on the node shows in the throughput's bound as well.
 
 
 def add_arguments(p: argparse.ArgumentParser) -> None:
