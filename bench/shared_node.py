@@ -105,13 +105,18 @@ def run_case(name: str, data: Path, out: Path, epochs: int, timeout: float) -> d
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--epochs", type=int, default=3, help="epochs per case (default 3)")
-    p.add_argument("--timeout", type=float, default=120.0, help="seconds per case before it is stopped (default 120)")
+    p.add_argument("--epochs", default="3", help="epochs per case (default 3)")
+    p.add_argument("--timeout", default="120", help="seconds per case before it is stopped (default 120)")
     p.add_argument("--cases", default=",".join(CASES), help=f"comma-separated, of: {', '.join(CASES)}")
     p.add_argument("--keep", action="store_true", help="keep the work directory")
     args = p.parse_args()
-    if args.epochs < 2:
-        bad(f"--epochs {args.epochs}: at least 2 (the first epoch is not timed)")
+    if not args.epochs.isdigit() or int(args.epochs) < 2:
+        bad(f"--epochs {args.epochs!r}: a whole number, at least 2 (the first epoch is not timed)")
+    args.epochs = int(args.epochs)
+    try:
+        args.timeout = float(args.timeout)
+    except ValueError:
+        bad(f"--timeout {args.timeout!r}: not a number of seconds")
     if not 10 <= args.timeout <= 3600:
         bad(f"--timeout {args.timeout}: between 10 and 3600 seconds")
     cases = [c.strip() for c in args.cases.split(",") if c.strip()]

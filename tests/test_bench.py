@@ -298,3 +298,25 @@ def test_gpu_check_dry_runs_every_part():
     assert re.search(r"mini +deepcam deterministic twice: same curve +PASS", text), text
     assert re.search(r"reframe +CosmoFlowCheck %framework=pytorch +DRY", text), text
     assert re.search(r"reframe +DeepCAMCheck %framework=pytorch +DRY", text), text
+
+
+@pytest.mark.parametrize("args,named", [(["--epochs", "1"], "--epochs '1'"), (["--epochs", "a"], "--epochs 'a'"),
+                                        (["--timeout", "nan"], "--timeout nan"), (["--timeout", "x"], "--timeout 'x'"),
+                                        (["--cases", "alone,foo"], "unknown foo")])
+def test_shared_node_bad_argument_is_one_line(args, named):
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "shared_node.py"), *args],
+                          capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and named in proc.stderr, proc.stderr
+
+
+def test_shared_node_prints_every_case():
+    """Two cases (the figures are the bench's to report, not this test's): a line each with
+    the epochs, the epoch time or none, the CPU wait the run measured, the ratio to alone."""
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "shared_node.py"), "--cases", "alone,other-session+threads1",
+                           "--epochs", "2", "--timeout", "120"], capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert proc.stdout.startswith("# host ") and "# autogroups " in proc.stdout
+    for case in ("alone", r"other-session\+threads1"):
+        assert re.search(rf"^{case}\s+epochs [0-2].*epoch\s+({NUMBER} s|> 120 s \(none\))\s+cpu_wait_share\s+({NUMBER}|-)\s",
+                         proc.stdout, re.M), (case, proc.stdout)
+    assert "work directory kept" not in proc.stdout
