@@ -20,9 +20,10 @@ train deepcam --config mini` on one synthetic dataset (datagen, in a temporary d
   alone+passive, alone+threads1   what those two cost on an idle machine
 
 Per case: the epochs that finished within --timeout, the median epoch time after the
-first (the first compiles and warms), the CPU wait share the run measured
-(summary.json usage.cpu_wait_share, hpckit/common/usage.py; from the log's per-epoch
-lines where the run was stopped), and the ratio to `alone`. The header says the machine,
+first (the first compiles and warms), the CPU wait share the run measured over its
+finished epochs' training (the log's hpckit_epoch_usage lines, hpckit/common/usage.py),
+the same share sampled from outside over the whole run from its 5th second (a run that
+finishes no epoch has only this one), and the ratio to `alone`. The header says the machine,
 its CPU flags, whether autogroups are on, and the load at start: run it on an idle machine.
 Bad arguments: one line, exit 2.
 """
@@ -41,6 +42,7 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from benchlib import REPO, bad as _bad, finish, machine_line, records  # noqa: E402
+from hpckit.common import usage  # noqa: E402
 
 HPCKIT = [sys.executable, "-m", "hpckit"]
 SPIN = "while True:\n    pass\n"
@@ -78,13 +80,21 @@ def run_case(name: str, data: Path, out: Path, epochs: int, timeout: float) -> d
                                  "--output-dir", str(out), "--seed", "1", "--set", f"train.n_epochs={epochs}",
                                  *extra_args], env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
                                 text=True, process_group=0)   # this session: its autogroup
-        try:
-            _, err = proc.communicate(timeout=timeout)
-            stopped = False
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGTERM)
-            _, err = proc.communicate(timeout=60)
-            stopped = True
+        # the CPU wait as seen from outside, over the whole run from its 5th second (the
+        # run's own figure covers finished epochs only; a run that finishes none has none)
+        first = last = None
+        t0 = time.monotonic()
+        stopped = False
+        while proc.poll() is None:
+            if time.monotonic() - t0 > timeout:
+                os.killpg(proc.pid, signal.SIGTERM)
+                stopped = True
+                break
+            time.sleep(1)
+            sample = usage.cpu_counters(proc.pid) if time.monotonic() - t0 >= 5 else None
+            if sample:
+                first, last = first or sample, sample
+        _, err = proc.communicate(timeout=60)
     finally:
         if spinner is not None:
             spinner.kill()
@@ -96,11 +106,14 @@ def run_case(name: str, data: Path, out: Path, epochs: int, timeout: float) -> d
     seconds = [(stops[k] - starts[k]) / 1000 for k in sorted(stops) if k in starts]
     waits = [e["value"].get("cpu_wait_share") for e in events if e["key"] == "hpckit_epoch_usage"]
     waits = [w for w in waits if w is not None]
+    sampled = usage.cpu_delta(first, last) if first and last is not first else None
     if not stopped and proc.returncode not in (0, 3):
         print(f"# {name}: hpckit train exited {proc.returncode}: {err.strip().splitlines()[-1:] or ''}")
     return {"name": name, "epochs": len(seconds), "stopped": stopped,
             "epoch_s": statistics.median(seconds[1:] or seconds) if seconds else None,
-            "cpu_wait": statistics.mean(waits) if waits else None, "failed": not stopped and proc.returncode not in (0, 3)}
+            "cpu_wait": statistics.mean(waits) if waits else None,
+            "sampled": usage.wait_share(sampled["ran_ns"], sampled["waited_ns"]) if sampled else None,
+            "failed": not stopped and proc.returncode not in (0, 3)}
 
 
 def main() -> int:
@@ -149,8 +162,10 @@ def main() -> int:
                      else "-")
             epoch = f"{r['epoch_s']:.1f} s" if r["epoch_s"] is not None else f"> {args.timeout:.0f} s (none)"
             wait = f"{r['cpu_wait']:.2f}" if r["cpu_wait"] is not None else "-"
+            sampled = f"{r['sampled']:.2f}" if r["sampled"] is not None else "-"
             print(f"{name:24} epochs {r['epochs']}{' (stopped)' if r['stopped'] else ''}  epoch {epoch:>18}  "
-                  f"cpu_wait_share {wait:>5}  {ratio}   ({time.monotonic() - t0:.0f} s)", flush=True)
+                  f"cpu_wait_share {wait:>5} (sampled {sampled:>5})  {ratio}   ({time.monotonic() - t0:.0f} s)",
+                  flush=True)
         return finish(work, args.keep, failed)
     except KeyboardInterrupt:
         return finish(work, True, True)

@@ -317,6 +317,6 @@ def test_shared_node_prints_every_case():
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     assert proc.stdout.startswith("# host ") and "# autogroups " in proc.stdout
     for case in ("alone", r"other-session\+threads1"):
-        assert re.search(rf"^{case}\s+epochs [0-2].*epoch\s+({NUMBER} s|> 120 s \(none\))\s+cpu_wait_share\s+({NUMBER}|-)\s",
+        assert re.search(rf"^{case}\s+epochs [0-2].*epoch\s+({NUMBER} s|> 120 s \(none\))\s+cpu_wait_share\s+({NUMBER}|-) \(sampled\s+({NUMBER}|-)\)",
                          proc.stdout, re.M), (case, proc.stdout)
     assert "work directory kept" not in proc.stdout

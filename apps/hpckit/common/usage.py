@@ -86,15 +86,15 @@ def _sched(pid: int | str, into: dict) -> None:
             continue   # a thread that ended meanwhile
 
 
-def cpu_counters() -> dict[int, tuple[int, int]] | None:
-    """thread id -> (ran, waited) nanoseconds, for this process's threads and its live
-    descendants' (the CPU wait above), or None where the kernel keeps no schedstat."""
-    if not Path("/proc/self/schedstat").is_file():
+def cpu_counters(pid: int | str = "self") -> dict[int, tuple[int, int]] | None:
+    """thread id -> (ran, waited) nanoseconds, for the threads of pid (this process) and its
+    live descendants' (the CPU wait above), or None where the kernel keeps no schedstat."""
+    if not Path(f"/proc/{pid}/schedstat").is_file():
         return None
     threads: dict[int, tuple[int, int]] = {}
-    _sched("self", threads)
-    for pid in descendants():
-        _sched(pid, threads)
+    _sched(pid, threads)
+    for child in descendants(pid):
+        _sched(child, threads)
     return threads
 
 
