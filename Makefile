@@ -50,12 +50,12 @@ test: $(STAMP)
 # (tests/stress/stress.py). Repetitions accumulate in STRESS_OUT: a long campaign runs in
 # chunks, `make stress REPS=3 STRESS_OUT=build/stress/mine` again and again, each ending with
 # the report over all of them. The default TESTS: the multi-process, Slurm and signal tests;
-# the container tests (minutes per repetition) by name, with one spinner and one thread
-# per training: `make stress TESTS=tests/test_containers.py LOAD=1 HPCKIT_OMP_NUM_THREADS=1`.
-# Their image builds run at nice 19 in the time the tests leave idle (tests/background.py);
-# a spinner on every core leaves them about 1.5 % of a core (hours per repetition), one
-# leaves a core, as CI's tests do (1.1 busy). A training in a container competes with the
-# load as one cgroup, and with 2 threads it stalls (docs/scaling.md, "A machine shared").
+# the container tests (minutes per repetition) by name, with one spinner:
+# `make stress TESTS=tests/test_containers.py LOAD=1`. Their image builds run at nice 19 in
+# the time the tests leave idle (tests/background.py); a spinner on every core leaves them
+# about 1.5 % of a core (hours per repetition), one leaves a core, as CI's tests do (1.1 busy).
+# Their trainings take one thread each (HPCKIT_OMP_NUM_THREADS, default 1 there): a
+# container's cgroup competes as one group, and with 2 threads it stalls (docs/scaling.md).
 REPS       ?= 20
 LOAD       ?=
 STRESS_OUT ?= build/stress/$(shell date +%Y%m%dT%H%M%S)

@@ -348,7 +348,11 @@ def _build_local_image() -> dict:
         _run([sys.executable, "-m", "pip", "wheel", "--quiet", "--disable-pip-version-check",
               "--wheel-dir", ctx / "wheels", *pins], timeout=900)
         _run(["chmod", "-R", "a+rX", ctx, info["base_tar"]], timeout=60)
-        _run([*podman, "build", "--pull=never", "--network", "host", "--squash", *ULIMITS,
+        # --cpu-shares 2: the RUN steps' containers are cgroups of their own, which compete
+        # with the session's tests as a group of full weight whatever their nice value
+        # (docs/scaling.md, "A machine shared with another job"): the lowest weight keeps
+        # the build in the time the tests leave idle, as nice 19 does outside a container
+        _run([*podman, "build", "--pull=never", "--network", "host", "--squash", *ULIMITS, "--cpu-shares", "2",
               "-t", IMAGE, "-f", REPO / "containers" / "local" / "Dockerfile", ctx], timeout=1800)
         info["times"] = (f"local image (Podman, in the background at nice {background.NICE}): "
                          f"base {t_base - t0:.0f} s, build {time.monotonic() - t_base:.0f} s")
@@ -379,15 +383,19 @@ def local_image():
     background.release("local_image")
 
 
+# Intra-op threads per training in a container: 1 unless HPCKIT_OMP_NUM_THREADS says
+# otherwise (passed as `hpckit train --threads`, and to the ReFrame session, whose profiles
+# pass it on: site_common.venv_configuration). A container's cgroup competes with this
+# session's other work (the background builds, at nice 19 in its autogroup; `make stress`'s
+# load) as one group against another, and the CPU scheduler then kept both threads of a
+# 2-thread training on one core, each OpenMP barrier waiting a time slice: the mini DeepCAM
+# in the local image, 3 s an epoch alone, finished none in 150 s beside one spinning
+# process (bench/shared_node.py measures the same natively).
+THREADS = os.environ.get("HPCKIT_OMP_NUM_THREADS") or "1"
+
+
 def _threads() -> list[str]:
-    """`--threads N` where HPCKIT_OMP_NUM_THREADS says N, as the profiles pass it
-    (site_common.venv_configuration): `make stress` of these tests gives 1. A container's
-    cgroup competes with the load's processes as one group: the CPU scheduler balanced
-    the groups and left both intra-op threads of a 2-thread training on one core, where
-    each OpenMP barrier waited a time slice (the mini DeepCAM: 3 s an epoch alone, none
-    in 150 s beside one spinning process; bound to one core, 1 thread: 5 s either way)."""
-    n = os.environ.get("HPCKIT_OMP_NUM_THREADS")
-    return ["--threads", n] if n else []
+    return ["--threads", THREADS]
 
 
 @pytest.mark.slow
@@ -499,7 +507,7 @@ def _prepare_runtimes() -> dict:
     local_image = background.result("local_image", *BACKGROUND["local_image"])
     if local_image["why"]:
         return {"why": dict.fromkeys(RUNTIMES, local_image["why"]), "env": {}, "times": []}
-    env, times = _user_env(), []
+    env, times = {**_user_env(), "HPCKIT_OMP_NUM_THREADS": THREADS}, []
     t0 = time.monotonic()
     why = {"podman-hpc": _podman_hpc(local_image, env, times),
            "charliecloud": _charliecloud(local_image, env, times)}
