@@ -362,7 +362,7 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
     def cpu_wait(self):
         # of the time the ranks' threads wanted a CPU while training, the share they waited:
         # near 0 on a node the run has to itself (hpckit/common/usage.py)
-        return 100 * (self.summary['usage'].get('cpu_wait_share') or 0)
+        return 100 * (self.summary['usage']['cpu_wait_share'] or 0)
 
     @performance_function('MB')
     def epoch_read(self):
