@@ -222,11 +222,14 @@ def venv_configuration(settings_file, *, descr, partitions, omp_num_threads, env
     `target` image, from HPCKIT_DATA/images by default), the venv
     still first on PATH (where pip put podman-hpc)."""
     here, name, repo = _profile(settings_file)
-    _set_reference_prefix(machine_reference_prefix(here))
     venv_bin = os.path.join(repo, '.venv', 'bin')
     threads = env('HPCKIT_OMP_NUM_THREADS')
     if threads and not (threads.isdigit() and int(threads) > 0):
-        raise ValueError(f'HPCKIT_OMP_NUM_THREADS={threads!r}: not a number of threads per rank (1, 2, ...)')
+        # one line and exit 2 (ReFrame prints a traceback for an exception in a settings file)
+        print(f'site profile {name}: HPCKIT_OMP_NUM_THREADS={threads!r}: not a number of threads per rank '
+              '(1, 2, ...)', file=sys.stderr)
+        sys.exit(2)
+    _set_reference_prefix(machine_reference_prefix(here))
     if threads:
         # intra-op threads per rank, imposed (`hpckit train --threads`; OMP_NUM_THREADS
         # alone gives way to the kit's core plan): where the plan cannot see who else

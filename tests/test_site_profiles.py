@@ -214,7 +214,7 @@ def test_settings_site_variables(target, tmp_path):
 
 
 @pytest.mark.parametrize("profile", ["local", "local-containers", "slurm-local", "slurm-multinode"])
-def test_threads_per_rank_from_the_environment(profile):
+def test_threads_per_rank_from_the_environment(profile, tmp_path):
     """HPCKIT_OMP_NUM_THREADS is every training's --threads (a partition extra the checks
     pass on) and OMP_NUM_THREADS, in every profile that runs on the machine it starts on;
     unset, the kit's core plan decides; a value that is not a thread count is refused."""
@@ -227,8 +227,15 @@ def test_threads_per_rank_from_the_environment(profile):
     extras, _ = threads(settings(profile))
     assert set(extras) == {None}
     for bad in ("two", "0", "-1", "1.5"):
-        with pytest.raises(ValueError, match=f"HPCKIT_OMP_NUM_THREADS='{re.escape(bad)}'"):
+        with pytest.raises(SystemExit) as exit_:
             settings(profile, HPCKIT_OMP_NUM_THREADS=bad)
+        assert exit_.value.code == 2
+    # through ReFrame: one line naming the variable, exit 2
+    proc = subprocess.run([str(REPO / ".venv" / "bin" / "reframe"), "-C", str(PROFILES / profile / "settings.py"),
+                           "-c", str(REPO / "reframe_checks"), "-l"], capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "HPCKIT_OMP_NUM_THREADS": "two", "HOME": str(tmp_path)})
+    assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 \
+        and "HPCKIT_OMP_NUM_THREADS='two'" in proc.stderr, proc.stderr
 
 
 # ----------------------------------------------------------------- references, system.yaml
