@@ -224,8 +224,9 @@ def venv_configuration(settings_file, *, descr, partitions, omp_num_threads, env
     here, name, repo = _profile(settings_file)
     venv_bin = os.path.join(repo, '.venv', 'bin')
     threads = env('HPCKIT_OMP_NUM_THREADS')
-    if threads and not (threads.isdigit() and int(threads) > 0):
-        # one line and exit 2 (ReFrame prints a traceback for an exception in a settings file)
+    if threads and not (threads.isascii() and threads.isdigit() and 0 < int(threads) < 2**31):
+        # one line and exit 2 (ReFrame prints a traceback for an exception in a settings file);
+        # the range `hpckit train --threads` takes, so no check fails later on it one by one
         print(f'site profile {name}: HPCKIT_OMP_NUM_THREADS={threads!r}: not a number of threads per rank '
               '(1, 2, ...)', file=sys.stderr)
         sys.exit(2)

@@ -226,7 +226,7 @@ def test_threads_per_rank_from_the_environment(profile, tmp_path):
     assert extras and set(extras) == {1} and omp == {"1"}
     extras, _ = threads(settings(profile))
     assert set(extras) == {None}
-    for bad in ("two", "0", "-1", "1.5"):
+    for bad in ("two", "0", "-1", "1.5", "\u00b2", str(2**31)):
         with pytest.raises(SystemExit) as exit_:
             settings(profile, HPCKIT_OMP_NUM_THREADS=bad)
         assert exit_.value.code == 2
