@@ -86,6 +86,21 @@ def env(name, default=''):
     return os.environ.get(name, default)
 
 
+def env_count(name, default, what, profile):
+    """A site variable that counts something (nodes, ranks, threads): a whole number from 1
+    up to what the kit's commands take (2**31 - 1), or `default` (None: unset is None).
+    Anything else is one line naming the profile and the variable, and exit 2: ReFrame
+    prints a traceback for an exception raised in a settings file."""
+    value = os.environ.get(name)
+    if value is None or value == '':
+        return default
+    if not (value.isascii() and value.isdigit() and 0 < int(value) < 2**31):
+        print(f'site profile {profile}: {name}={value!r}: not a number of {what} (1, 2, ...)',
+              file=sys.stderr)
+        sys.exit(2)
+    return int(value)
+
+
 def account():
     """HPCKIT_ACCOUNT: the Slurm account (-A) or group; '' when unset (no --account)."""
     return env('HPCKIT_ACCOUNT', '')
@@ -192,7 +207,7 @@ def target_configuration(settings_file, *, descr, hostnames, partition, ranks_pe
         'container_platforms': [{'type': p, **({'default': True} if i == 0 else {})}
                                 for i, p in enumerate([*runtime_platforms, *platforms])],
         'extras': run_extras(data, env('HPCKIT_STAGE_DIR', stage_dir), ranks_per_node,
-                             nodes=int(env('HPCKIT_NODES', '1'))),
+                             nodes=env_count('HPCKIT_NODES', 1, 'nodes', name)),
     }
     return {
         'systems': [{
@@ -223,20 +238,15 @@ def venv_configuration(settings_file, *, descr, partitions, omp_num_threads, env
     still first on PATH (where pip put podman-hpc)."""
     here, name, repo = _profile(settings_file)
     venv_bin = os.path.join(repo, '.venv', 'bin')
-    threads = env('HPCKIT_OMP_NUM_THREADS')
-    if threads and not (threads.isascii() and threads.isdigit() and 0 < int(threads) < 2**31):
-        # one line and exit 2 (ReFrame prints a traceback for an exception in a settings file);
-        # the range `hpckit train --threads` takes, so no check fails later on it one by one
-        print(f'site profile {name}: HPCKIT_OMP_NUM_THREADS={threads!r}: not a number of threads per rank '
-              '(1, 2, ...)', file=sys.stderr)
-        sys.exit(2)
+    # checked before the profile's notices (the reference prefix's)
+    threads = env_count('HPCKIT_OMP_NUM_THREADS', None, 'threads per rank', name)
     _set_reference_prefix(machine_reference_prefix(here))
     if threads:
         # intra-op threads per rank, imposed (`hpckit train --threads`; OMP_NUM_THREADS
         # alone gives way to the kit's core plan): where the plan cannot see who else
         # computes on the cores (namespace nodes sharing one machine, a shared machine)
-        omp_num_threads = threads
-        partitions = [{**p, 'extras': {**p.get('extras', {}), 'threads': int(threads)}}
+        omp_num_threads = str(threads)
+        partitions = [{**p, 'extras': {**p.get('extras', {}), 'threads': threads}}
                       for p in partitions]
     variables = [['PATH', f'"{venv_bin}":$PATH'],
                  ['OMP_NUM_THREADS', omp_num_threads],

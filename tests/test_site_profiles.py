@@ -238,6 +238,28 @@ def test_threads_per_rank_from_the_environment(profile, tmp_path):
         and "HPCKIT_OMP_NUM_THREADS='two'" in proc.stderr, proc.stderr
 
 
+# the count variables each profile reads (nodes, ranks per node, threads per rank)
+COUNT_VARIABLES = {**{t: ["HPCKIT_NODES"] for t in TARGETS},
+                   **{p: ["HPCKIT_OMP_NUM_THREADS"] for p in ["local", "local-containers", "slurm-local"]},
+                   "slurm-multinode": ["HPCKIT_NODES", "HPCKIT_RANKS_PER_NODE", "HPCKIT_OMP_NUM_THREADS"]}
+
+
+@pytest.mark.parametrize("profile", sorted(COUNT_VARIABLES))
+def test_count_variables_refuse_what_is_not_a_count(profile, capsys):
+    """A node, rank or thread count that is not a whole number from 1 is one line naming
+    the profile and the variable, exit 2 (an int() in a settings file was a traceback
+    through ReFrame); each is read, and a good value is taken."""
+    for variable in COUNT_VARIABLES[profile]:
+        for bad in ("two", "0", "-1", "1.5", " 2", "\u00b2", str(2**31)):
+            capsys.readouterr()
+            with pytest.raises(SystemExit) as exit_:
+                settings(profile, **{variable: bad})
+            err = capsys.readouterr().err
+            assert exit_.value.code == 2 and err.count("\n") == 1 \
+                and err.startswith(f"site profile {profile}: {variable}={bad!r}: not a number of "), err
+        assert settings(profile, **{variable: "2"})["site_configuration"] != settings(profile)["site_configuration"]
+
+
 # ----------------------------------------------------------------- references, system.yaml
 
 @pytest.mark.parametrize("target", TARGETS)

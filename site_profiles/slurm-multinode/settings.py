@@ -21,10 +21,11 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from site_common import env, venv_configuration  # noqa: E402   site_profiles/site_common.py
+from site_common import env, env_count, venv_configuration  # noqa: E402   site_profiles/site_common.py
 
-NODES = int(env('HPCKIT_NODES', '3'))
-RANKS_PER_NODE = int(env('HPCKIT_RANKS_PER_NODE', '1'))
+PROFILE = os.path.basename(os.path.dirname(os.path.abspath(__file__)))
+NODES = env_count('HPCKIT_NODES', 3, 'nodes', PROFILE)
+RANKS_PER_NODE = env_count('HPCKIT_RANKS_PER_NODE', 1, 'ranks per node', PROFILE)
 
 site_configuration = venv_configuration(
     __file__,
