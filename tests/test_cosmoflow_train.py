@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 from pathlib import Path
 import re
+import threading
 
 import pytest
 
@@ -127,9 +128,25 @@ def test_cache_clear_really_evicts(converged_run):
 
 
 def test_tensorflow_backend_trains_and_logs(mini_data, tmp_path):
-    out = tmp_path / "tf"
-    proc = run_hpckit("train", "cosmoflow", "--data", mini_data, "--config", "mini", "--output-dir", out,
-                      "--framework", "tensorflow", "--seed", "2", "--set", "train.n_epochs=2", timeout=900)
+    """...and writes no AutoGraph files: they are removed only at a normal exit, so a
+    killed run left them in /tmp (cosmoflow/data.py, TensorFlow); watched while it runs."""
+    out, tmp = tmp_path / "tf", tmp_path / "tmp"
+    tmp.mkdir()
+    seen, done = set(), threading.Event()
+
+    def watch():
+        while not done.wait(0.2):
+            seen.update(p.name for p in tmp.glob("__autograph_generated_file*"))
+    watcher = threading.Thread(target=watch, daemon=True)
+    watcher.start()
+    try:
+        proc = run_hpckit("train", "cosmoflow", "--data", mini_data, "--config", "mini", "--output-dir", out,
+                          "--framework", "tensorflow", "--seed", "2", "--set", "train.n_epochs=2", timeout=900,
+                          env={"TMPDIR": str(tmp)})
+    finally:
+        done.set()
+        watcher.join()
+    assert not seen, sorted(seen)
     s = json.loads((out / "summary.json").read_text())
     assert proc.returncode == (0 if s["converged"] else 3), proc.stderr[-3000:]
     assert s["framework"] == "tensorflow" and s["epochs"] == 2 and "tensorflow" in s["software"]

@@ -355,6 +355,12 @@ def to_device(x, y, device):
 
 
 # ---------------------------------------------------------------- TensorFlow
+#
+# No AutoGraph: the graph functions (these map functions, train.py's train and eval steps)
+# neither branch nor loop on a tensor, so they are traced as written. AutoGraph writes each
+# function it converts to /tmp/__autograph_generated_file*.py and removes those files only
+# at a normal exit (atexit): every run killed by a launcher or a batch system (SIGKILL)
+# left about 7 on the node (263 on the development VM after a day of stress runs).
 
 class _Epochs:
     """Iterating it runs the next epoch: the sampler's next draw, as a tensor, through a
@@ -411,16 +417,18 @@ def tf_dataset(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler=Non
         return x, y
 
     def pipeline(order):
+        # traced as written: no AutoGraph (above)
+        plain = tf.autograph.experimental.do_not_convert
         index = tf.data.Dataset.from_tensor_slices(order)
         if split.fmt == "tfrecord":
-            ds = tf.data.TFRecordDataset(index.map(lambda i: tf.gather(names, i)),
+            ds = tf.data.TFRecordDataset(index.map(plain(lambda i: tf.gather(names, i))),
                                          compression_type=split.compression or "")
-            ds = ds.map(parse, num_parallel_calls=parallel).map(refuse)
+            ds = ds.map(plain(parse), num_parallel_calls=parallel).map(plain(refuse))
         else:
-            ds = index.map(lambda i: tf.numpy_function(load, [i], (tf.int16, tf.float32)),
+            ds = index.map(plain(lambda i: tf.numpy_function(load, [i], (tf.int16, tf.float32))),
                            num_parallel_calls=parallel)
-            ds = ds.map(lambda x, y: (tf.ensure_shape(x, shape), tf.ensure_shape(y, [N_TARGETS])))
-        ds = ds.map(finish, num_parallel_calls=parallel)
+            ds = ds.map(plain(lambda x, y: (tf.ensure_shape(x, shape), tf.ensure_shape(y, [N_TARGETS]))))
+        ds = ds.map(plain(finish), num_parallel_calls=parallel)
         ds = ds.batch(cfg["data"]["batch_size"], drop_remainder=train)
         return ds.prefetch(cfg["data"]["prefetch"]).with_options(options)
 

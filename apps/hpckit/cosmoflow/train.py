@@ -196,12 +196,14 @@ class TensorFlowBackend:
             # when they turn non-finite
             return tf.shape(x)[0], tf.linalg.global_norm(model.trainable_variables)
 
-        @tf.function
+        # traced as written, no AutoGraph: nothing here branches or loops on a tensor
+        # (cosmoflow/data.py, TensorFlow)
+        @tf.function(autograph=False)
         def train_step(x, y):
             n, norm = strategy.run(replica_train_step, args=(x, y))
             return strategy.experimental_local_results(n)[0], strategy.experimental_local_results(norm)[0]
 
-        @tf.function
+        @tf.function(autograph=False)
         def eval_step(x, y):
             pred = tf.cast(model(x, training=False), tf.float32)
             return tf.reduce_sum(tf.abs(pred - y)), tf.shape(x)[0]
