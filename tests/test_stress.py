@@ -53,3 +53,43 @@ def test_a_test_that_failed_once_is_reported(tmp_path):
                            capture_output=True, text=True, timeout=300, env=env)
     assert again.returncode == 1 and "repetitions: 3" in again.stdout and "load: [0, 1]" in again.stdout, again.stdout
     assert (out / "rep-0003" / "meta.json").is_file()
+
+
+def test_bad_input_is_one_line_and_exit_2(tmp_path):
+    """A count, a time or a directory that cannot be is refused before any repetition;
+    a pytest that refuses its options or collects nothing stops at the first repetition
+    (20 of them would report "0 failures" of nothing); a repetition record that is not one
+    is named. Nothing starts a real repetition of the suite here."""
+    tests = tmp_path / "cases"
+    tests.mkdir()
+    (tests / "test_one.py").write_text("def test_one():\n    pass\n")
+    a_file = tmp_path / "a-file"
+    a_file.write_text("mine")
+    bad_record = tmp_path / "bad"
+    (bad_record / "rep-0001").mkdir(parents=True)
+    (bad_record / "rep-0001" / "meta.json").write_text('{"exit": "zero"}')
+    one = str(tests / "test_one.py")
+    cases = [(["--reps", "0", one], "argument --reps: '0'"),
+             (["--reps", "x", one], "argument --reps: 'x'"),
+             (["--load", "-1", one], "argument --load: '-1'"),
+             (["--load", "1e999", one], "argument --load: '1e999'"),
+             (["--rep-timeout", "nan", one], "argument --rep-timeout: 'nan'"),
+             (["--rep-timeout", "inf", one], "argument --rep-timeout: 'inf'"),
+             (["--out", str(a_file), one], f"--out {a_file}: not a directory"),
+             (["--out", str(tmp_path / "new")], "name the tests to repeat"),
+             (["--report-only", "--out", str(tmp_path / "none")], f"{tmp_path / 'none'}: no such directory"),
+             (["--report-only", "--out", str(bad_record)], f"{bad_record / 'rep-0001' / 'meta.json'}: "),
+             (["--out", str(bad_record), one], f"{bad_record / 'rep-0001' / 'meta.json'}: "),
+             (["--out", str(tmp_path / "opts"), "--no-such-pytest-option", one], "pytest refused its command line"),
+             (["--out", str(tmp_path / "none-run"), one, "-k", "nothing_matches"], "pytest collected no test")]
+    for args, says in cases:
+        defaults = [*(["--reps", "3"] if "--reps" not in args else []),
+                    *(["--load", "0"] if "--load" not in args else [])]
+        proc = subprocess.run([sys.executable, str(REPO / "tests" / "stress" / "stress.py"), *defaults, *args],
+                              capture_output=True, text=True, timeout=120)
+        err = proc.stderr
+        assert proc.returncode == 2 and err.count("\n") == 1 and err.startswith("stress.py: error: ") \
+            and says in err and "Traceback" not in err, (args, proc.stdout, err)
+    assert a_file.read_text() == "mine"
+    assert len(list((tmp_path / "opts").glob("rep-*"))) == 1       # stopped at the first
+    assert len(list((tmp_path / "none-run").glob("rep-*"))) == 1

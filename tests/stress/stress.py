@@ -91,13 +91,31 @@ def results(rep_dir: Path) -> dict[str, tuple[str, float]]:
     return out
 
 
+class Refused(Exception):
+    """Bad input: one line on stderr, exit 2."""
+
+
+def _meta(rep_dir: Path) -> dict:
+    path = rep_dir / "meta.json"
+    try:
+        meta = json.loads(path.read_text())
+        if not (isinstance(meta, dict) and isinstance(meta.get("exit"), int)
+                and isinstance(meta.get("seconds"), (int, float)) and "load" in meta and "cpus" in meta):
+            raise ValueError("not a repetition record of this script")
+    except (OSError, ValueError) as e:
+        raise Refused(f"{path}: {e}") from None
+    return meta
+
+
 def report(out_dir: Path) -> int:
+    if not out_dir.is_dir():
+        raise Refused(f"{out_dir}: no such directory of repetitions")
     reps = sorted(d for d in out_dir.glob("rep-*") if (d / "meta.json").is_file())
+    metas = [_meta(d) for d in reps]
     per_test: dict[str, dict] = {}
     bad_reps = []
     wall = 0.0
-    for d in reps:
-        meta = json.loads((d / "meta.json").read_text())
+    for d, meta in zip(reps, metas):
         wall += meta["seconds"]
         found = results(d)
         if meta["exit"] not in (0, 5) and not any(o in ("failed", "error") for o, _ in found.values()):
@@ -111,7 +129,6 @@ def report(out_dir: Path) -> int:
             t["max_s"] = max(t["max_s"], seconds)
             if outcome in ("failed", "error"):
                 t["failed"].append(d.name)
-    metas = [json.loads((d / "meta.json").read_text()) for d in reps]
     print(f"\nstress report: {out_dir}")
     print(f"  repetitions: {len(reps)}, wall time {wall / 60:.1f} min, load: "
           f"{sorted({m['load'] for m in metas})} spinning processes on {sorted({m['cpus'] for m in metas})} usable CPUs")
@@ -132,12 +149,47 @@ def report(out_dir: Path) -> int:
     return 1 if failed else 0
 
 
+class _Parser(argparse.ArgumentParser):
+    def error(self, message):
+        raise Refused(f"{message} (see --help)")
+
+
+def _count(least: int):
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
+        if value < least:
+            raise argparse.ArgumentTypeError(f"{text!r}: at least {least}")
+        return value
+    return parse
+
+
+def _seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        value = float("nan")
+    if not (0 < value < 1e7):
+        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
+    return value
+
+
 def main(argv=None) -> int:
-    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=int, default=20)
-    ap.add_argument("--load", type=int, default=None, help="spinning processes (default: one per usable CPU)")
+    try:
+        return _main(argv)
+    except Refused as e:
+        print(f"stress.py: error: {e}", file=sys.stderr)
+        return 2
+
+
+def _main(argv) -> int:
+    ap = _Parser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--reps", type=_count(1), default=20)
+    ap.add_argument("--load", type=_count(0), default=None, help="spinning processes (default: one per usable CPU)")
     ap.add_argument("--out", default=str(REPO / "build" / "stress" / "default"))
-    ap.add_argument("--rep-timeout", type=float, default=3600, help="hang guard per repetition, seconds")
+    ap.add_argument("--rep-timeout", type=_seconds, default=3600, help="hang guard per repetition, seconds")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("tests", nargs="*", help="what to give pytest: test files or ids, and its options")
     args, pytest_options = ap.parse_known_args(argv)   # the rest is pytest's (-k, -m, ...)
@@ -147,7 +199,13 @@ def main(argv=None) -> int:
         return report(out_dir)
     if not args.tests:
         ap.error("name the tests to repeat")
-    out_dir.mkdir(parents=True, exist_ok=True)
+    if out_dir.exists() and not out_dir.is_dir():
+        raise Refused(f"--out {out_dir}: not a directory")
+    try:
+        out_dir.mkdir(parents=True, exist_ok=True)
+    except OSError as e:
+        raise Refused(f"--out {out_dir}: {e.strerror or e}") from None
+    report(out_dir)   # what is there already is readable: refused now, not after hours
     cpus = len(os.sched_getaffinity(0))
     load = cpus if args.load is None else args.load
     numbers = [int(d.name.split("-")[1]) for d in out_dir.glob("rep-*")]
@@ -162,10 +220,15 @@ def main(argv=None) -> int:
             (rep_dir / "meta.json").write_text(json.dumps({"exit": code, "seconds": seconds, "load": load,
                                                            "cpus": cpus, "tests": args.tests,
                                                            "env": {k: os.environ.get(k) for k in RECORDED_ENV}}) + "\n")
-            if code in (0, 5) and not bad:
+            if code == 0 and not bad:
                 (rep_dir / "output.txt").unlink()
             print(f"rep {i}: exit {code}, {seconds:.0f} s, {len(found)} tests"
                   + (f", FAILED: {', '.join(bad) or 'the session'}" if bad or code not in (0, 5) else ""), flush=True)
+            if code in (4, 5) and not found:
+                # pytest refused its command line or found no test: every repetition would
+                # be the same, and a report of nothing run must not read as 0 failures
+                why = "refused its command line" if code == 4 else "collected no test"
+                raise Refused(f"pytest {why}: {' '.join(args.tests)} (its output: {rep_dir / 'output.txt'})")
     finally:
         stop_load(spinners)
     return report(out_dir)
