@@ -86,6 +86,17 @@ def env(name, default=''):
     return os.environ.get(name, default)
 
 
+def env_path(name, default):
+    """A site variable naming a directory (HPCKIT_DATA, HPCKIT_STAGE_DIR), else `default`: a
+    relative one is taken from the directory ReFrame was started in, as a user means it
+    (each check runs in its own stage directory, where it would name nothing); one that
+    starts with a variable (`$PJM_LOCALTMP/...`, expanded in the job) is left as it is."""
+    value = env(name)
+    if not value:
+        return default
+    return value if value.startswith(('/', '$', '~')) else os.path.abspath(value)
+
+
 def env_count(name, default, what, profile):
     """A site variable that counts something (nodes, ranks, threads): a whole number from 1
     up to what the kit's commands take (2**31 - 1), or `default` (None: unset is None).
@@ -196,7 +207,7 @@ def target_configuration(settings_file, *, descr, hostnames, partition, ranks_pe
     # the checks' `$ref: references.yaml` is found in the profile's folder (see
     # _set_reference_prefix)
     _set_reference_prefix(here)
-    data = env('HPCKIT_DATA', data)
+    data = env_path('HPCKIT_DATA', data)
     acct = account()
     runtime_platforms = [CONTAINER_RUNTIMES[r][0] for r in runtimes]
     part = {
@@ -206,7 +217,7 @@ def target_configuration(settings_file, *, descr, hostnames, partition, ranks_pe
         'environs': ['spack', *runtimes],
         'container_platforms': [{'type': p, **({'default': True} if i == 0 else {})}
                                 for i, p in enumerate([*runtime_platforms, *platforms])],
-        'extras': run_extras(data, env('HPCKIT_STAGE_DIR', stage_dir), ranks_per_node,
+        'extras': run_extras(data, env_path('HPCKIT_STAGE_DIR', stage_dir), ranks_per_node,
                              nodes=env_count('HPCKIT_NODES', 1, 'nodes', name)),
     }
     return {

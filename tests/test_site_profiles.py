@@ -211,6 +211,20 @@ def test_settings_site_variables(target, tmp_path):
     (part,) = [p for p in plain["site_configuration"]["systems"][0]["partitions"]
                if "mlperf" in p["features"]]
     assert not any(a.startswith("--account") for a in part["access"])
+    # relative folders are the user's, from where ReFrame starts (a check runs in its own
+    # stage directory); one starting with a variable is expanded in the job
+    saved = os.getcwd()
+    os.chdir(tmp_path)
+    try:
+        conf = settings(target, HPCKIT_DATA="data", HPCKIT_STAGE_DIR="stage")
+    finally:
+        os.chdir(saved)
+    (part,) = [p for p in conf["site_configuration"]["systems"][0]["partitions"] if "mlperf" in p["features"]]
+    assert part["extras"]["data"]["cosmoflow"] == str(tmp_path / "data" / "cosmoflow")
+    assert part["extras"]["stage_dir"] == str(tmp_path / "stage")
+    conf = settings(target, HPCKIT_STAGE_DIR="$LOCALTMP/stage")
+    (part,) = [p for p in conf["site_configuration"]["systems"][0]["partitions"] if "mlperf" in p["features"]]
+    assert part["extras"]["stage_dir"] == "$LOCALTMP/stage"
 
 
 @pytest.mark.parametrize("profile", ["local", "local-containers", "slurm-local", "slurm-multinode"])

@@ -22,7 +22,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from site_common import env, venv_configuration  # noqa: E402   site_profiles/site_common.py
+from site_common import env, env_path, venv_configuration  # noqa: E402   site_profiles/site_common.py
 
 site_configuration = venv_configuration(
     __file__,
@@ -37,7 +37,7 @@ site_configuration = venv_configuration(
         'max_jobs': 1,
         'time_limit': '30m',
         'extras': {'ranks': 2, 'ranks_per_node': 2, 'local_batch_size': 4,
-                   'stage_dir': env('HPCKIT_STAGE_DIR', '/tmp/hpckit-stage')},
+                   'stage_dir': env_path('HPCKIT_STAGE_DIR', '/tmp/hpckit-stage')},
     }],
     # intra-op threads per rank: the node's cores shared by its 2 ranks
     omp_num_threads=str(max(1, (os.cpu_count() or 2) // 2)),

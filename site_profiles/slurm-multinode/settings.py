@@ -21,7 +21,7 @@ import os
 import sys
 
 sys.path.insert(0, os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-from site_common import env, env_count, venv_configuration  # noqa: E402   site_profiles/site_common.py
+from site_common import env, env_count, env_path, venv_configuration  # noqa: E402   site_profiles/site_common.py
 
 PROFILE = os.path.basename(os.path.dirname(os.path.abspath(__file__)))
 NODES = env_count('HPCKIT_NODES', 3, 'nodes', PROFILE)
@@ -43,7 +43,7 @@ site_configuration = venv_configuration(
         'max_jobs': 1,
         'time_limit': '30m',
         'extras': {'ranks': NODES * RANKS_PER_NODE, 'ranks_per_node': RANKS_PER_NODE, 'local_batch_size': 3,
-                   'stage_dir': env('HPCKIT_STAGE_DIR', '/tmp/hpckit-stage'),
+                   'stage_dir': env_path('HPCKIT_STAGE_DIR', '/tmp/hpckit-stage'),
                    # CosmoFlow evaluates an equal share per rank: the mini set's 128
                    # validation samples cut to 126, a multiple of the 3 ranks (logged as a --set)
                    'overrides': {'cosmoflow': [f'data.n_valid={128 // (NODES * RANKS_PER_NODE) * NODES * RANKS_PER_NODE}']}},
