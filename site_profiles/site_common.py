@@ -102,8 +102,8 @@ def env_count(name, default, what, profile):
     up to what the kit's commands take (2**31 - 1), or `default` (None: unset is None).
     Anything else is one line naming the profile and the variable, and exit 2: ReFrame
     prints a traceback for an exception raised in a settings file."""
-    value = os.environ.get(name)
-    if value is None or value == '':
+    value = env(name)
+    if not value:
         return default
     if not (value.isascii() and value.isdigit() and 0 < int(value) < 2**31):
         print(f'site profile {profile}: {name}={value!r}: not a number of {what} (1, 2, ...)',

@@ -194,7 +194,7 @@ def test_settings_partitions(target):
 
 
 @pytest.mark.parametrize("target", TARGETS)
-def test_settings_site_variables(target, tmp_path):
+def test_settings_site_variables(target, tmp_path, monkeypatch):
     """Account, data, staging and image come from the HPCKIT_* variables."""
     conf = settings(target, HPCKIT_ACCOUNT="proj42", HPCKIT_DATA=str(tmp_path),
                     HPCKIT_STAGE_DIR="/local/x", HPCKIT_IMAGE="/img/k.sif", HPCKIT_NODES="16")
@@ -213,12 +213,9 @@ def test_settings_site_variables(target, tmp_path):
     assert not any(a.startswith("--account") for a in part["access"])
     # relative folders are the user's, from where ReFrame starts (a check runs in its own
     # stage directory); one starting with a variable is expanded in the job
-    saved = os.getcwd()
-    os.chdir(tmp_path)
-    try:
+    with monkeypatch.context() as m:
+        m.chdir(tmp_path)
         conf = settings(target, HPCKIT_DATA="data", HPCKIT_STAGE_DIR="stage")
-    finally:
-        os.chdir(saved)
     (part,) = [p for p in conf["site_configuration"]["systems"][0]["partitions"] if "mlperf" in p["features"]]
     assert part["extras"]["data"]["cosmoflow"] == str(tmp_path / "data" / "cosmoflow")
     assert part["extras"]["stage_dir"] == str(tmp_path / "stage")

@@ -69,12 +69,12 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path):
     (bad_record / "rep-0001").mkdir(parents=True)
     (bad_record / "rep-0001" / "meta.json").write_text('{"exit": "zero"}')
     one = str(tests / "test_one.py")
-    cases = [(["--reps", "0", one], "argument --reps: '0'"),
-             (["--reps", "x", one], "argument --reps: 'x'"),
-             (["--load", "-1", one], "argument --load: '-1'"),
-             (["--load", "1e999", one], "argument --load: '1e999'"),
-             (["--rep-timeout", "nan", one], "argument --rep-timeout: 'nan'"),
-             (["--rep-timeout", "inf", one], "argument --rep-timeout: 'inf'"),
+    cases = [(["--reps", "0", one], "argument --reps: 0 is outside 1 .. "),
+             (["--reps", "x", one], "argument --reps: 'x' is not an integer"),
+             (["--load", "-1", one], "argument --load: -1 is outside 0 .. "),
+             (["--load", "1e999", one], "argument --load: '1e999' is not an integer"),
+             (["--rep-timeout", "nan", one], "argument --rep-timeout: 'nan' is not a finite number"),
+             (["--rep-timeout", "inf", one], "argument --rep-timeout: 'inf' is not a finite number"),
              (["--out", str(a_file), one], f"--out {a_file}: not a directory"),
              (["--out", str(tmp_path / "new")], "name the tests to repeat"),
              (["--report-only", "--out", str(tmp_path / "none")], f"{tmp_path / 'none'}: no such directory"),

@@ -29,6 +29,8 @@ import time
 import xml.etree.ElementTree as ET
 from pathlib import Path
 
+from hpckit.common.inputs import cli_float, cli_int
+
 REPO = Path(__file__).resolve().parents[2]
 SPIN = "while True:\n    pass\n"
 # the environment that changes what the tests do, recorded with each repetition
@@ -107,11 +109,16 @@ def _meta(rep_dir: Path) -> dict:
     return meta
 
 
-def report(out_dir: Path) -> int:
+def repetitions(out_dir: Path) -> tuple[list[Path], list[dict]]:
+    """OUT's finished repetitions and their records (a repetition without one was cut short)."""
     if not out_dir.is_dir():
         raise Refused(f"{out_dir}: no such directory of repetitions")
     reps = sorted(d for d in out_dir.glob("rep-*") if (d / "meta.json").is_file())
-    metas = [_meta(d) for d in reps]
+    return reps, [_meta(d) for d in reps]
+
+
+def report(out_dir: Path) -> int:
+    reps, metas = repetitions(out_dir)
     per_test: dict[str, dict] = {}
     bad_reps = []
     wall = 0.0
@@ -154,28 +161,6 @@ class _Parser(argparse.ArgumentParser):
         raise Refused(f"{message} (see --help)")
 
 
-def _count(least: int):
-    def parse(text: str) -> int:
-        try:
-            value = int(text)
-        except ValueError:
-            raise argparse.ArgumentTypeError(f"{text!r} is not a whole number") from None
-        if value < least:
-            raise argparse.ArgumentTypeError(f"{text!r}: at least {least}")
-        return value
-    return parse
-
-
-def _seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        value = float("nan")
-    if not (0 < value < 1e7):
-        raise argparse.ArgumentTypeError(f"{text!r} is not a number of seconds above 0")
-    return value
-
-
 def main(argv=None) -> int:
     try:
         return _main(argv)
@@ -186,10 +171,11 @@ def main(argv=None) -> int:
 
 def _main(argv) -> int:
     ap = _Parser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--reps", type=_count(1), default=20)
-    ap.add_argument("--load", type=_count(0), default=None, help="spinning processes (default: one per usable CPU)")
+    ap.add_argument("--reps", type=cli_int(1, 10**6), default=20)
+    ap.add_argument("--load", type=cli_int(0, 1024), default=None,
+                    help="spinning processes (default: one per usable CPU)")
     ap.add_argument("--out", default=str(REPO / "build" / "stress" / "default"))
-    ap.add_argument("--rep-timeout", type=_seconds, default=3600, help="hang guard per repetition, seconds")
+    ap.add_argument("--rep-timeout", type=cli_float(0, 1e7, low_open=True), default=3600, help="hang guard per repetition, seconds")
     ap.add_argument("--report-only", action="store_true")
     ap.add_argument("tests", nargs="*", help="what to give pytest: test files or ids, and its options")
     args, pytest_options = ap.parse_known_args(argv)   # the rest is pytest's (-k, -m, ...)
@@ -205,7 +191,7 @@ def _main(argv) -> int:
         out_dir.mkdir(parents=True, exist_ok=True)
     except OSError as e:
         raise Refused(f"--out {out_dir}: {e.strerror or e}") from None
-    report(out_dir)   # what is there already is readable: refused now, not after hours
+    repetitions(out_dir)   # what is there already is readable: refused now, not after hours
     cpus = len(os.sched_getaffinity(0))
     load = cpus if args.load is None else args.load
     numbers = [int(d.name.split("-")[1]) for d in out_dir.glob("rep-*")]
