@@ -20,6 +20,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hpckit.common import rawread
 from hpckit.common.errors import KitError
 
 SPLITS = ("train", "validation")
@@ -150,6 +151,11 @@ def read_sample(split: SplitFiles, index: int, size: int) -> tuple[np.ndarray, n
         if y.dtype.kind not in "fiu":
             raise KitError(f"{label_path}: target y is {y.dtype}, expected float32 numbers")
         y = y.astype(np.float32).reshape(-1)
+    _check_sample(path, x, label_path, y)
+    return x, y
+
+
+def _check_sample(path, x: np.ndarray, label_path, y: np.ndarray) -> None:
     low = int(x.min())
     if low < 0:   # particle counts: log(x + 1) of a negative count is not a number
         raise KitError(f"{path}: feature x holds a negative particle count ({low})")
@@ -160,7 +166,43 @@ def read_sample(split: SplitFiles, index: int, size: int) -> tuple[np.ndarray, n
     if np.any(np.abs(y) > Y_BOUND):
         raise KitError(f"{label_path}: target y {y.tolist()} lies outside the model's output range "
                        f"(-{Y_BOUND}, {Y_BOUND}) (tanh x 1.2): the dataset's targets are normalised, these are not")
-    return x, y
+
+
+def _npy_layout(path, fd: int, size: int):
+    return rawread.npy_extent(fd, path, size)
+
+
+_LAYOUTS = rawread.Layouts(_npy_layout)
+
+
+def read_sample_into(split: SplitFiles, index: int, size: int, x_out: np.ndarray, y_out: np.ndarray) -> None:
+    """What read_sample returns, checked as it checks it, written into `x_out` (int16
+    (S, S, S, 4), C-contiguous: a reader's place in a pinned batch buffer) and `y_out`
+    (float32 (4,)). An npy sample's counts are read from the file straight into `x_out`
+    (common/rawread.py: no array allocated per sample); a TFRecord's are inflated and
+    parsed by read_sample, then copied."""
+    if split.fmt != "npy":
+        x, y = read_sample(split, index, size)
+        np.copyto(x_out, x)
+        np.copyto(y_out, y)
+        return
+    shape = (size, size, size, N_TARGETS)
+    path = split.files[index]
+    fd, st = rawread.open_regular(path)
+    try:
+        extent = _LAYOUTS.get(path, fd, st)
+        if extent.shape != shape or extent.dtype != np.dtype(np.int16):
+            raise KitError(f"{path}: array is {extent.dtype} {extent.shape}, expected int16 {shape}")
+        rawread.read_into(fd, path, extent, x_out, "the array")
+    finally:
+        os.close(fd)
+    label_path = split.labels[index]
+    y = _load_npy(label_path)
+    if y.dtype.kind not in "fiu":
+        raise KitError(f"{label_path}: target y is {y.dtype}, expected float32 numbers")
+    y = y.astype(np.float32).reshape(-1)
+    _check_sample(path, x_out, label_path, y)
+    np.copyto(y_out, y)
 
 
 def decoded(split: SplitFiles, new_dir: Path) -> SplitFiles:
@@ -285,9 +327,7 @@ def torch_loader(split: SplitFiles, cfg: dict, train: bool, seed: int, sampler=N
         from hpckit.common.feed import PinnedBatches
 
         def read_into(i, views):
-            x, y = read_sample(split, i, size)
-            np.copyto(views[0], x)
-            np.copyto(views[1], y)
+            read_sample_into(split, i, size, views[0], views[1])
 
         return PinnedBatches(order, cfg["data"]["batch_size"], train,
                              [((size, size, size, N_TARGETS), torch.int16), ((N_TARGETS,), torch.float32)],

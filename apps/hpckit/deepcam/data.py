@@ -21,6 +21,7 @@ from typing import NamedTuple
 
 import numpy as np
 
+from hpckit.common import rawread
 from hpckit.common.errors import KitError
 
 SPLITS = ("train", "validation")
@@ -197,6 +198,73 @@ def read_raw(path: Path, height: int, width: int, n_channels: int,
     return data, labels.astype(labels_dtype)
 
 
+def _h5_layout(path, fd: int, size: int):
+    """(data extent, labels extent) of a sample file whose two datasets lie in one piece
+    each at their expected shapes (data float32, labels float32 or uint8, this machine's
+    byte order), or None: such a file is read through h5py (read_raw, which names what is
+    wrong with it)."""
+    import h5py
+    try:
+        with h5py.File(path, "r") as f:
+            dset, lset = (f.get(key) for key in (DATA_KEY, LABEL_KEY))
+            if not (isinstance(dset, h5py.Dataset) and isinstance(lset, h5py.Dataset)):
+                return None
+            found = rawread.h5_extent(dset, size), rawread.h5_extent(lset, size)
+    except (OSError, RuntimeError, ValueError, KeyError):
+        return None
+    if None in found or found[0].dtype != np.dtype("=f4") or found[1].dtype not in (np.dtype("=f4"), np.dtype("u1")):
+        return None
+    return found
+
+
+_LAYOUTS = rawread.Layouts(_h5_layout)
+_SCRATCH = rawread.Scratch()
+
+
+def read_raw_into(path: Path, data_out: np.ndarray, labels_out: np.ndarray, height: int, width: int,
+                  n_channels: int) -> None:
+    """What read_raw(..., labels_dtype=uint8) returns, checked as it checks it, written into
+    `data_out` (float32 (H, W, C), C-contiguous: a reader's place in a pinned batch buffer)
+    and `labels_out` (uint8 (H, W)). Where both datasets lie in one piece in the file (as
+    datagen and the public dataset store them) their bytes are read straight into the
+    buffers, the labels through a per-thread scratch buffer: no array allocated per sample,
+    h5py (one lock for all threads, held with the GIL) only for the file's first read
+    (common/rawread.py). Otherwise through read_raw."""
+    fd, st = rawread.open_regular(path)
+    try:
+        layout = _LAYOUTS.get(path, fd, st)
+        if layout is None or layout[0].shape != (height, width, n_channels) or layout[1].shape != (height, width):
+            os.close(fd)
+            fd = -1
+            data, labels = read_raw(path, height, width, n_channels, labels_dtype=np.uint8)
+            np.copyto(data_out, data)
+            np.copyto(labels_out, labels)
+            return
+        dext, lext = layout
+        rawread.read_into(fd, path, dext, data_out, f"'{DATA_KEY}'")
+        lab = labels_out if lext.dtype == np.uint8 else _SCRATCH.get("labels", lext.shape, lext.dtype)
+        rawread.read_into(fd, path, lext, lab, f"'{LABEL_KEY}'")
+    finally:
+        if fd >= 0:
+            os.close(fd)
+    if not rawread.all_finite(data_out):
+        bad = np.argwhere(~np.isfinite(data_out))[0]
+        raise KitError(f"{path}: '{DATA_KEY}' holds a non-finite value (NaN, inf, or beyond float32) at pixel "
+                       f"({bad[0]}, {bad[1]}) channel {bad[2]}")
+    ok = True
+    if lab is not labels_out:   # float32 classes: exact small integers, else refused below
+        with np.errstate(invalid="ignore"):
+            np.copyto(labels_out, lab, casting="unsafe")
+        same = _SCRATCH.get("same", lab.shape, np.bool_)
+        np.equal(lab, labels_out, out=same)
+        ok = bool(same.all())
+    if not (ok and int(labels_out.max()) < N_CLASSES):
+        valid = (lab == 0) | (lab == 1) | (lab == 2)
+        bad = np.argwhere(~valid)[0]
+        raise KitError(f"{path}: '{LABEL_KEY}' holds {lab[tuple(bad)].item()!r} at pixel ({bad[0]}, {bad[1]}), "
+                       f"expected classes 0, 1, 2")
+
+
 def read_sample(files: DeepCamFiles, index: int, stats: dict, cfg: dict,
                 norm: tuple[np.ndarray, np.ndarray] | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(x float32 (C, H, W) normalised, y int64 (H, W)) of sample `index`; KitError names the file."""
@@ -268,9 +336,7 @@ def torch_loader(files: DeepCamFiles, stats: dict, cfg: dict, train: bool, seed:
         pinned = {}
 
         def read_into(i, views):
-            x, y = read_raw(files.files[i], h, w, c, labels_dtype=np.uint8)
-            np.copyto(views[0], x)
-            np.copyto(views[1], y)
+            read_raw_into(files.files[i], views[0], views[1], h, w, c)
 
         def make(t):
             if not pinned:
