@@ -59,6 +59,16 @@ def test_breakdown_of_a_published_run(tmp_path):
     assert run["unit_hours"] == pytest.approx(run["time_to_train_s"] / 3600 * units)
     assert run["dataset"] == "official/524000" and run["round"] == "v2.0"
     assert "result_0.txt" in proc.stdout and "unit_hours" in proc.stdout
+    # after the warm-up: train_samples over the median of the epochs after the first (each
+    # epoch_start to its epoch_stop, less the evaluations inside), per unit
+    spans = list(zip([x for x in t["epoch_start"] if x <= stop], [x for x in t["epoch_stop"] if x <= stop]))
+    train = [(b - a - sum(max(0, min(b, d) - max(a, c)) for c, d in evals)) / 1000 for a, b in spans]
+    assert len(train) == run["epochs"]
+    assert run["steady_samples_per_s_per_unit"] == pytest.approx(
+        value["train_samples"] / float(np.median(train[1:])) / units, rel=1e-9)
+    # a published log records no input wait: n/a, never 0
+    line = next(x for x in proc.stdout.splitlines() if "result_0.txt" in x)
+    assert line.endswith(" | input wait n/a") and "usage_input_wait_share" not in run
 
 
 @needs_real
@@ -227,3 +237,58 @@ def test_a_kit_run_records_its_flops(mini_runs):
         expected * summary["train_samples_per_s"] / summary["ranks"], rel=1e-9)
     line = next(r for r in raw(mini_runs[0] / "mlperf.log") if r["key"] == "hpckit_usage")
     assert line["value"]["train_flops_per_sample"] == expected
+
+
+def test_analyze_prints_the_input_wait_where_recorded(tmp_path):
+    """Per run, the share of the training loop spent waiting for the next batch and the GPU
+    busy, from the summary.json beside the log (usage.input_wait_share, usage.gpu_busy_share);
+    a run that recorded none says n/a, never 0; per set the median of the runs that did. A
+    share that is not one (beyond 0..1, not a number) is one line naming the file and key."""
+    from test_score import write_log
+    usage = {"gpu": {"input_wait_share": 0.03, "gpu_busy_share": 0.97}, "cpu": {"input_wait_share": 0.25,
+             "gpu_busy_share": None}, "old": {"cpu_wait_share": 0.1}}
+    runs = []
+    for i, (name, u) in enumerate(usage.items()):
+        run = tmp_path / "runs" / name
+        run.mkdir(parents=True)
+        write_log(run / "mlperf.log", minutes=1.0 + i, start=10_000_000 * (i + 1), nodes=1)
+        (run / "summary.json").write_text(json.dumps({"usage": u}))
+        runs.append(run)
+    js = tmp_path / "an.json"
+    proc = run_hpckit("analyze", *runs, "--runs", "--json", js)
+    assert proc.returncode == 0, proc.stderr
+    lines = {name: next(x for x in proc.stdout.splitlines() if f"/{name}/mlperf.log" in x) for name in usage}
+    assert lines["gpu"].endswith(" | input wait 0.03, GPU busy 0.97")
+    assert lines["cpu"].endswith(" | input wait 0.25")
+    assert lines["old"].endswith(" | input wait n/a")
+    got = {r["run"].split("/")[-2]: r for r in json.loads(js.read_text())["runs"]}
+    assert got["gpu"]["usage_input_wait_share"] == 0.03 and got["gpu"]["usage_gpu_busy_share"] == 0.97
+    assert "usage_gpu_busy_share" not in got["cpu"] and "usage_input_wait_share" not in got["old"]
+    # per set: the median of the runs that recorded it
+    proc = run_hpckit("analyze", *runs)
+    assert proc.returncode == 0, proc.stderr
+    (line,) = [x for x in proc.stdout.splitlines() if x.startswith("site |")]
+    assert line.endswith(" | input wait 0.14, GPU busy 0.97") and " | data official/? | " in line
+
+    for bad, named in ((1.5, "must be <= 1"), (-0.1, "must be >= 0"), ("0.2", "expected")):
+        for key in ("input_wait_share", "gpu_busy_share"):
+            (runs[0] / "summary.json").write_text(json.dumps({"usage": {key: bad}}))
+            proc = run_hpckit("analyze", runs[0])
+            lines = proc.stderr.strip().splitlines()
+            assert proc.returncode == 2 and len(lines) == 1, (bad, key, proc.stderr)
+            assert str(runs[0] / "summary.json") in lines[0] and f"usage.{key}" in lines[0] and named in lines[0], \
+                lines[0]
+
+
+def test_analyze_prints_a_kit_runs_input_wait(mini_runs):
+    """The kit's own runs: the input wait their summary.json recorded (a kit from before
+    usage.input_wait_share: n/a), and their data set, the mini config's 256 samples."""
+    proc = run_hpckit("analyze", *mini_runs, "--runs")
+    assert proc.returncode == 0, proc.stderr
+    for run in mini_runs:
+        usage = json.loads((run / "summary.json").read_text())["usage"]
+        line = next(x for x in proc.stdout.splitlines() if f"run {run}/mlperf.log |" in x)
+        wait, busy = usage.get("input_wait_share"), usage.get("gpu_busy_share")
+        assert busy is None    # a CPU run
+        assert line.endswith(" | input wait n/a" if wait is None else f" | input wait {wait:.2f}"), line
+        assert " | dataset mini/256 | " in line

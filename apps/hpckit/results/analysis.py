@@ -147,6 +147,26 @@ class RunFacts:
         return value / self.compute_units if value is not None and self.compute_units else None
 
     @property
+    def steady_per_unit(self) -> float | None:
+        """Training samples/s per compute unit after the warm-up: the figure that compares
+        systems whatever the number of train samples their epochs hold (time to train does
+        not: it is epochs of that data set)."""
+        return self.per_unit(self.steady_throughput)
+
+    @property
+    def input_wait(self) -> float | None:
+        """The share of the training loop's time spent waiting for the next batch (summary.json
+        usage.input_wait_share); None where the run did not record it (published logs, runs of
+        a kit from before it)."""
+        return self.extra.get("usage_input_wait_share")
+
+    @property
+    def gpu_busy(self) -> float | None:
+        """The share of the training loop's time the GPU computed (usage.gpu_busy_share: CUDA
+        runs only)."""
+        return self.extra.get("usage_gpu_busy_share")
+
+    @property
     def dataset(self) -> str | None:
         """What the epochs of this run are epochs of: the config and its train samples
         (published: `official`, the count to 3 significant digits, as rounds differ by a few
@@ -170,6 +190,7 @@ class RunFacts:
                 "eval_share": self.eval_share, "staging_per_epoch": self.staging_epoch_ratio,
                 "train_samples_per_s": self.epoch_throughput, "eval_samples_per_s": self.eval_throughput,
                 "train_samples_per_s_per_unit": self.per_unit(self.epoch_throughput),
+                "steady_samples_per_s_per_unit": self.steady_per_unit,
                 "eval_samples_per_s_per_unit": self.per_unit(self.eval_throughput),
                 "unit_hours": self.unit_hours, "to_first_epoch_s": self.to_first_epoch_s,
                 "cycles_s": self.cycles_s, "epoch_times": self.epoch_times, "steady_epoch_s": self.steady_epoch_s,
@@ -298,15 +319,31 @@ def run_facts(path: Path, origin: str) -> RunFacts:
     return f
 
 
+# The usage block's shares of the training loop's time (common/usage.py): waiting for the
+# next batch, and the GPU computing (CUDA runs). Read here whether or not the summary reader's
+# USAGE_FIGURES lists them, each a share: a number in 0..1 or null.
+LOOP_SHARES = ("input_wait_share", "gpu_busy_share")
+
+
 def _usage(log: Path) -> dict:
     """What a kit run measured about itself (summary.json's `usage` block beside its log:
-    peak memory, bytes read, all-reduce share and FLOP/s; common/usage.py), flattened."""
+    peak memory, bytes read, all-reduce share, FLOP/s, input wait; common/usage.py), flattened."""
+    from hpckit.common.inputs import Num, Opt, conform
     from hpckit.common.summary import USAGE_FIGURES, read_summary
     summary = log.with_name("summary.json")
     if log.name != "mlperf.log" or not os.path.lexists(summary):
         return {}
     usage = read_summary(summary).get("usage") or {}    # checked: finite numbers >= 0 or null
-    return {f"usage_{k}": usage[k] for k in USAGE_FIGURES if usage.get(k) is not None}
+    conform(usage, {k: Opt(Num(minimum=0, maximum=1)) for k in LOOP_SHARES}, f"summary.json {summary}", "usage")
+    keys = USAGE_FIGURES + tuple(k for k in LOOP_SHARES if k not in USAGE_FIGURES)
+    return {f"usage_{k}": usage[k] for k in keys if usage.get(k) is not None}
+
+
+def wait_text(input_wait: float | None, gpu_busy: float | None) -> str:
+    """`input wait 0.03, GPU busy 0.97`; a share not recorded is `n/a`, never 0 (GPU busy
+    only where recorded: CUDA runs)."""
+    text = f"input wait {'n/a' if input_wait is None else f'{input_wait:.2f}'}"
+    return text + (f", GPU busy {gpu_busy:.2f}" if gpu_busy is not None else "")
 
 
 def gather(args_paths: list[str], origin: str, seen: set) -> tuple[list[dict], dict]:
@@ -615,14 +652,17 @@ def _set_line(s: dict, fs: list[RunFacts]) -> str:
     origin = fs[0].origin + (f" {fs[0].round}" if fs[0].round else "")
     # a benchmark that counts no epochs (logs.NO_EPOCHS) has no per-epoch figures: n/a
     na = (lambda v, spec="{:.3g}": "n/a" if any(f.no_epochs for f in fs) else _fmt(v, spec))  # noqa: E731
-    return (f"{origin} | {s['org']} | {s['platform']} | {s['benchmark']} {s['score']['kind']} | runs {len(fs)} | "
+    datasets = ", ".join(sorted({f.dataset or f"{f.config}/?" for f in fs}))   # what its epochs are epochs of
+    return (f"{origin} | {s['org']} | {s['platform']} | {s['benchmark']} {s['score']['kind']} | data {datasets} | "
+            f"runs {len(fs)} | "
             f"units {_fmt(units, '{:.0f}')} | B {_fmt(m['global_batch_size'], '{:.0f}')} | "
             f"epochs {na(epochs)} | T {_fmt(m['total_s'] and m['total_s'] / 60, '{:.2f}')} min | "
             f"init {_fmt(m['init_s'], '{:.1f}')} s | staging {_fmt(m['staging_s'], '{:.1f}')} s | "
             f"epoch {na(m['epoch_s'])} s | eval {_fmt(m['eval_each_s'])} s (share {_fmt(m['eval_share'], '{:.1%}')}) | "
             f"staging/epoch {na(m['staging_epoch_ratio'], '{:.2f}')} | "
             f"train {na(per(m['epoch_throughput']))} eval {_fmt(per(m['eval_throughput']))} samples/s/unit | "
-            f"{_fmt(m['unit_hours'], '{:.1f}')} unit-h")
+            f"{_fmt(m['unit_hours'], '{:.1f}')} unit-h | "
+            f"{wait_text(median([f.input_wait for f in fs]), median([f.gpu_busy for f in fs]))}")
 
 
 def main(args) -> int:
@@ -643,9 +683,10 @@ def main(args) -> int:
             for f in fs:
                 b = f.breakdown()
                 print(" | ".join(f"{k} {_fmt(b[k]) if isinstance(b[k], float) else b[k]}" for k in
-                                 ("run", "epochs", "global_batch_size", "compute_units", "time_to_train_s", "init_s",
-                                  "staging_s", "epoch_s", "eval_each_s", "eval_share", "staging_per_epoch",
-                                  "train_samples_per_s_per_unit", "eval_samples_per_s_per_unit", "unit_hours")))
+                                 ("run", "dataset", "epochs", "global_batch_size", "compute_units", "time_to_train_s",
+                                  "init_s", "staging_s", "epoch_s", "eval_each_s", "eval_share", "staging_per_epoch",
+                                  "train_samples_per_s_per_unit", "eval_samples_per_s_per_unit", "unit_hours"))
+                      + f" | {wait_text(f.input_wait, f.gpu_busy)}")
         else:
             print(_set_line(s, fs))
     points = record_points(site_sets, facts) + record_points(pub_sets, facts)
