@@ -106,7 +106,7 @@ def kit_scores(tmp_path, *paths) -> list[dict]:
 def check_images(out: Path, t: Tables, runs_of: int = 0):
     import matplotlib.image as mpimg
     assert sorted(t.imgs) == ["convergence.png", "history.png", "projection.png"] + \
-        [f"runs-{i}.png" for i in range(runs_of)] + ["scaling.png", "tts.png"]
+        [f"runs-{i}.png" for i in range(runs_of)] + ["scaling.png", "throughput.png", "tts.png"]
     for src in t.imgs:
         assert not Path(src).is_absolute() and (out / src).is_file()
         img = mpimg.imread(out / src)
@@ -148,7 +148,8 @@ def screenshot(out: Path, tmp_path: Path) -> Path:
     title = dom.stdout.split("<title>", 1)[1].split("</title>", 1)[0] if "<title>" in dom.stdout else ""
     assert title.startswith("IMAGES "), (title, dom.stderr[-2000:])
     widths = dict(item.rsplit(":", 1) for item in title[len("IMAGES "):].split(","))
-    assert {"tts.png", "scaling.png", "convergence.png", "projection.png", "history.png"} <= set(widths) \
+    assert {"tts.png", "throughput.png", "scaling.png", "convergence.png", "projection.png",
+            "history.png"} <= set(widths) \
         and all(int(w) > 300 for w in widths.values()), widths
     return shot
 
@@ -530,3 +531,230 @@ def test_more_sets_than_a_figure_draws(tmp_path, monkeypatch):
     assert "(4 more in the table below)" in page
     sets = parse_report(tmp_path / "report-all").tables["sets"]
     assert sum("published" in r["class"].split() for r in sets) == 8
+
+
+# ---- what a chart compares: data sets told apart, the throughput per unit beside them ----------
+
+def panels(out: Path, lid: str) -> list[tuple[str, list[str]]]:
+    """The panels of a figure as the page lists them (ul#tts-panels, ul#throughput-panels):
+    each title and the ids of the sets drawn in it."""
+    import re
+    page = (out / "index.html").read_text()
+    body = page.split(f'<ul id="{lid}">', 1)[1].split("</ul>", 1)[0]
+    from html import unescape
+    return [(unescape(title).rsplit(": ", 1)[0], unescape(sids).split("|"))
+            for sids, title in re.findall(r'<li data-sets="([^"]*)">(.*?)</li>', body)]
+
+
+def kit_log(path: Path, config: str, train_samples: int, ranks: int, usage: dict | None, **kw) -> Path:
+    """A log with what a kit run logs of its config (hpckit_config: name and ranks) and data
+    (train_samples) after test_score.write_log's header, and a summary.json beside it with
+    `usage` (None: none)."""
+    from test_score import _line, write_log
+    path.parent.mkdir(parents=True)
+    write_log(path, **kw)
+    lines = path.read_text().splitlines()
+    start = kw.get("start", 1_000_000)
+    head = [_line(start - 70, "hpckit_config", {"name": config, "ranks": ranks}),
+            _line(start - 60, "train_samples", train_samples)]
+    path.write_text("\n".join(lines[:5] + head + lines[5:]) + "\n")
+    if usage is not None:
+        (path.parent / "summary.json").write_text(json.dumps({"config": config, "usage": usage}))
+    return path
+
+
+def analyzed(tmp_path: Path, *args) -> dict:
+    """`hpckit analyze`'s breakdown of every run, by log path."""
+    js = tmp_path / f"analyze-{len(list(tmp_path.glob('analyze-*')))}.json"
+    proc = run_hpckit("analyze", *args, "--json", js)
+    assert proc.returncode == 0, proc.stderr
+    return {r["run"]: r for r in json.loads(js.read_text())["runs"]}
+
+
+@needs_real
+def test_a_mini_run_is_drawn_apart_from_the_closed_division(tmp_path):
+    """The issue's page: the site's mini runs (0.32 min on 2 CPU ranks) beside a published
+    closed-division set (25.78 min on 16 DGX A100). The mini runs are a panel of their own,
+    titled with the mini ruleset and its 1,024 train samples, never on the closed set's time
+    axis; a kit reference-config run of the closed division's size (the same folder: the set
+    is split by data set) shares the closed set's axis, and says it is the kit's config. The
+    samples/s per unit put the reference network's sets on one axis whatever their size, the
+    mini config's apart; the input wait is the runs' summary.json's, n/a with the reason where
+    none was recorded, never 0."""
+    import numpy as np
+    runs = tmp_path / "runs"
+    mini = [kit_log(runs / f"mini{i}" / "mlperf.log", "mini", 1024, 2,
+                    {"input_wait_share": 0.25} if i == 0 else {"cpu_wait_share": 0.1},
+                    minutes=0.32 + 0.01 * i, start=10_000_000 * (i + 1), nodes=1, acc=0, platform="unknown")
+            for i in range(2)]
+    ref = kit_log(runs / "ref0" / "mlperf.log", "reference", 524288, 16,
+                  {"input_wait_share": 0.03, "gpu_busy_share": 0.97},
+                  minutes=30.0, start=50_000_000, nodes=2, acc=8, platform="unknown")
+    out = tmp_path / "report"
+    proc = run_hpckit("report", runs, "--published", SET, "--out", out, "--runs-of", "@mini")
+    assert proc.returncode == 0, proc.stderr
+    t = parse_report(out)
+    sets = {cell(r, "sid")["text"]: r for r in t.tables["sets"]}
+    site_mini = next(s for s in sets if s.startswith("site:") and s.endswith("@mini/1024"))
+    site_ref = next(s for s in sets if s.startswith("site:") and s.endswith("@reference/524288"))
+    (pub,) = [s for s in sets if s.startswith("published:")]
+    assert len(sets) == 3
+
+    # the column `data` of table#sets says what each set's data is
+    data = {s: cell(r, "data") for s, r in sets.items()}
+    assert data[site_mini]["text"] == "mini ruleset (kit config mini), 1,024 train samples"
+    assert data[site_ref]["text"] == "kit config reference, 524,288 train samples (the closed division's size)"
+    assert data[pub]["text"] == "closed division, 524,288 train samples"
+    assert "apart" in data[site_mini]["class"].split()
+    assert not {"apart"} & set(data[site_ref]["class"].split() + data[pub]["class"].split())
+
+    # tts.png: one panel per data set, each with its own time axis; the mini runs alone
+    tts = panels(out, "tts-panels")
+    assert tts == [("cosmoflow, closed-division data (524,288 train samples)", [site_ref, pub]),
+                   ("cosmoflow, mini ruleset (kit config mini), 1,024 train samples: not the closed division's data",
+                    [site_mini])]
+    # throughput.png: the reference network's sets on one axis (any size), the mini config's apart
+    thr = panels(out, "throughput-panels")
+    assert thr == [("cosmoflow, the reference network and samples, any data size", [site_ref, pub]),
+                   ("cosmoflow, kit config mini: its own network and samples, not the reference's", [site_mini])]
+    note = (out / "index.html").read_text().split('id="what-compares">', 1)[1].split("</p>", 1)[0]
+    assert f"Here 1 set is not on the closed division's data: {site_mini} (mini ruleset (kit config mini), " \
+           "1,024 train samples)." in note
+    # the folder's score is still the folder's: its three runs
+    (score,) = [r for r in t.tables["scores"] if "site" in r["class"].split()]
+    assert score["cells"][5]["text"] == "3"
+    # scaling.png, drawn in process from the same runs: the mini set hollow, its data set named
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from hpckit.results import report
+    site_sets, facts = report.gather([str(runs)], "site", set())
+    pub_sets, pub_facts = report.gather([str(SET)], "published", set())
+    views = report.set_views(site_sets, facts, "site") + report.set_views(pub_sets, pub_facts, "published")
+    report.tag_data(views)
+    (tmp_path / "in-process").mkdir()
+    assert report._plot_scaling(plt, views, tmp_path / "in-process") == [
+        "published cosmoflow", "site cosmoflow", "site cosmoflow (mini/1024, not closed-division data)"]
+
+    # samples/s per compute unit after the first epoch: hpckit analyze's, the median of the runs
+    mine = analyzed(tmp_path, runs, "--published", SET)
+    per_unit = {s: float(cell(r, "per-unit")["value"]) for s, r in sets.items()}
+    assert per_unit[site_mini] == pytest.approx(
+        float(np.median([mine[str(p)]["steady_samples_per_s_per_unit"] for p in mini])), rel=1e-9)
+    assert per_unit[site_ref] == pytest.approx(mine[str(ref)]["steady_samples_per_s_per_unit"], rel=1e-9)
+    nv = [r for r in mine.values() if r["origin"] == "published"]
+    assert len(nv) == 10 and mine[str(ref)]["compute_units"] == 16 and nv[0]["compute_units"] == 128
+    # the published set: the median over the 8 runs that count (fastest and slowest dropped)
+    assert min(r["steady_samples_per_s_per_unit"] for r in nv) <= per_unit[pub] \
+        <= max(r["steady_samples_per_s_per_unit"] for r in nv)
+    assert [cell(sets[s], "unit")["text"] for s in (site_mini, site_ref, pub)] == \
+        ["rank (CPU)", "accelerator", "accelerator"]
+    # each view of the split set has its own runs' scale
+    assert [cell(sets[s], "scale")["text"] for s in (site_mini, site_ref)] == ["1 node, CPU", "2 nodes x 8 acc"]
+
+    # the input wait and GPU busy: the recorded ones; n/a with the reason, never 0
+    def share(row, cls):
+        c = cell(row, cls)
+        return float(c["value"]) if c["value"] is not None else ("n/a" if c["text"] == "n/a" else c["text"])
+    assert [share(sets[s], "input-wait") for s in (site_mini, site_ref, pub)] == [0.25, 0.03, "n/a"]
+    assert [share(sets[s], "gpu-busy") for s in (site_mini, site_ref, pub)] == ["n/a", 0.97, "n/a"]
+    page = (out / "index.html").read_text()
+    assert 'class="input-wait na" title="published MLPerf logs do not record it">n/a' in page
+    assert 'class="gpu-busy na" title="no CUDA device: GPU busy is measured on CUDA runs only">n/a' in page
+    # per run (--runs-of the mini view): the run without the figure says why
+    rows = {r["cells"][1]["text"].split()[-1]: r for r in t.tables["runs"]}
+    assert sorted(rows) == ["mini0", "mini1"] and {cell(r, "data")["text"] for r in rows.values()} == {"mini/1024"}
+    assert share(rows["mini0"], "input-wait") == 0.25 and share(rows["mini1"], "input-wait") == "n/a"
+    assert 'class="input-wait na" title="not recorded: no summary.json with usage.input_wait_share' in page
+    check_images(out, t, runs_of=1)
+
+
+def test_data_sets_and_axes_of_sets():
+    """tag_data on sets of each kind: a published closed set and a kit reference-config run
+    of that data size share a time axis; a reference run on fewer samples, a mini run, a
+    published open set, a log of no published size and a log that does not say its size do
+    not (the open set shares the closed one's data: its axis, labelled open); the samples/s
+    axis holds the reference network's sets of any size."""
+    from hpckit.results.report import SetView, tag_data, throughput_panels, tts_panels
+
+    def view(sid, origin, config, n, division="closed", bench="deepcam"):
+        dataset = None if not n else (f"official/{int(float(f'{n:.3g}'))}" if config == "official" else f"{config}/{n}")
+        return SetView(origin=origin, sid=sid, org="o", system="s", benchmark=bench, scaling="strong", node="",
+                       scale="", score={}, facts=[], counted=[], division=division, config=config, dataset=dataset,
+                       train_samples=n)
+    views = [view("closed", "published", "official", 121266), view("open", "published", "official", 121266, "open"),
+             view("ref-full", "site", "reference", 121266), view("ref-small", "site", "reference", 64),
+             view("mini", "site", "mini", 256), view("odd", "site", "official", 1000),
+             view("unsaid", "site", "official", None),
+             view("v07", "published", "official", 262144, bench="cosmoflow")]
+    tag_data(views)
+    by = {v.sid: v for v in views}
+    assert {s for s, v in by.items() if v.closed_data} == {"closed", "open", "ref-full", "v07"}
+    assert by["ref-full"].axis == by["closed"].axis == by["open"].axis == "official/121000"
+    assert by["v07"].axis == "official/262000"    # v0.7 CosmoFlow: the closed division's data of its round
+    assert [by[s].axis for s in ("ref-small", "mini", "odd", "unsaid")] == \
+        ["reference/64", "mini/256", "official/1000", "official/?"]
+    assert by["open"].data_text == "open division, 121,266 train samples"
+    assert by["odd"].data_text == "closed division, 1,000 train samples (no published closed-division set has this size)"
+    assert by["unsaid"].data_text == "closed division, train samples not logged"
+    assert by["ref-small"].data_text == "kit config reference, 64 train samples"
+    # one panel per data set: the closed division's first, then the site's others, largest first
+    assert tts_panels(views) == [("deepcam", "official/121000"), ("deepcam", "official/1000"),
+                                 ("deepcam", "mini/256"), ("deepcam", "reference/64"), ("deepcam", "official/?"),
+                                 ("cosmoflow", "official/262000")]
+    assert throughput_panels(views) == [("deepcam", "reference"), ("deepcam", "mini"), ("cosmoflow", "reference")]
+    assert {v.sid for v in views if v.model == "mini"} == {"mini"}
+
+
+@needs_real
+def test_the_kits_mini_runs_beside_published_deepcam(deepcam_runs, tmp_path):
+    """Two DeepCAM mini runs the kit trained (copies; one with the input wait its summary.json
+    recorded, if its kit recorded one, the other's taken out) beside NVIDIA's v2.0 DeepCAM set
+    on 256 DGX A100 nodes: a panel each in tts.png, the data of each named in table#sets, the
+    samples/s per unit and the input wait beside them, in the page Chromium lays out."""
+    runs = []
+    for i, src in enumerate(deepcam_runs[:2]):
+        dst = tmp_path / "runs" / src.name
+        shutil.copytree(src, dst)
+        if i == 1:
+            summary = json.loads((dst / "summary.json").read_text())
+            for key in ("input_wait_share", "gpu_busy_share"):
+                summary["usage"].pop(key, None)
+            (dst / "summary.json").write_text(json.dumps(summary))
+        runs.append(dst)
+    recorded = json.loads((runs[0] / "summary.json").read_text())["usage"].get("input_wait_share")
+    nv = V20 / "NVIDIA" / "results" / "dgxa100_n256_pytorch" / "strong" / "deepcam"
+    out = tmp_path / "report"
+    proc = run_hpckit("report", *runs, "--published", nv, "--site", "local", "--out", out, "--runs-of", "site:")
+    assert proc.returncode == 0, proc.stderr
+    t = parse_report(out)
+    (site,) = [r for r in t.tables["sets"] if "site" in r["class"].split()]
+    (pub,) = [r for r in t.tables["sets"] if "published" in r["class"].split()]
+    sid, pid = cell(site, "sid")["text"], cell(pub, "sid")["text"]
+    assert cell(site, "data")["text"] == "mini ruleset (kit config mini), 256 train samples"
+    assert cell(pub, "data")["text"] == "closed division, 121,266 train samples"
+    assert panels(out, "tts-panels") == [
+        ("deepcam, closed-division data (121,266 train samples)", [pid]),
+        ("deepcam, mini ruleset (kit config mini), 256 train samples: not the closed division's data", [sid])]
+    assert panels(out, "throughput-panels") == [
+        ("deepcam, the reference network and samples, any data size", [pid]),
+        ("deepcam, kit config mini: its own network and samples, not the reference's", [sid])]
+
+    mine = analyzed(tmp_path, *runs, "--published", nv)
+    steady = sorted(mine[str(r / "mlperf.log")]["steady_samples_per_s_per_unit"] for r in runs)
+    assert float(cell(site, "per-unit")["value"]) == pytest.approx(sum(steady) / 2, rel=1e-9)
+    assert cell(site, "unit")["text"] == "rank (CPU)" and cell(pub, "unit")["text"] == "accelerator"
+    nv_runs = [r["steady_samples_per_s_per_unit"] for r in mine.values() if r["origin"] == "published"]
+    assert len(nv_runs) == 5 and min(nv_runs) <= float(cell(pub, "per-unit")["value"]) <= max(nv_runs)
+
+    # the input wait: what the run recorded, else n/a (the set: the runs that recorded it)
+    rows = {r["cells"][1]["text"].split()[-1]: r for r in t.tables["runs"]}
+    first, second = rows[runs[0].name], rows[runs[1].name]
+    assert cell(second, "input-wait")["text"] == "n/a" and cell(second, "input-wait")["value"] is None
+    for row in (first, site):
+        if recorded is None:
+            assert cell(row, "input-wait")["text"] == "n/a"
+        else:
+            assert float(cell(row, "input-wait")["value"]) == recorded
+    assert cell(pub, "input-wait")["text"] == "n/a" and cell(site, "gpu-busy")["text"] == "n/a"
+    check_images(out, t, runs_of=1)

@@ -7,7 +7,13 @@ Writes DIR/index.html (self-contained: tables and relative links to PNGs in DIR)
 figure and table is per set (system x benchmark x scaling), never per run, so that a whole
 published round (1,000+ logs) gives a page of bounded length:
 
-* time to solution per set, `tts.png` and `table#sets`: per benchmark, the site's sets
+* what each set's data is (tag_data): the closed division's data (published closed sets, the
+  sizes of the shipped convergence record; a kit reference-config run of such a size), or
+  another config or data size (the kit's mini ruleset), `table#sets` column `data`;
+* time to solution per set, `tts.png` and `table#sets`: per benchmark and data set a panel of
+  its own with its own time axis, titled with what the data is (a time to train is epochs of
+  one data set: the mini ruleset's 0.3 min never shares an axis with a closed-division set's
+  2 min), `ul#tts-panels`; in a panel the site's sets
   first, then the published ones (at most MAX_PUBLISHED_BARS drawn, the fastest); a strong
   set's median run (whisker: fastest to slowest run that counts), a weak set's
   time_to_train_all (one row, its instances' spread drawn), and the median run split into
@@ -15,6 +21,11 @@ published round (1,000+ logs) gives a page of bounded length:
   eval_start/stop, inside run_start..run_stop); labels name submitter, system, scaling and
   nodes x accelerators; with --site the site's sets carry the profile's system name and node
   description (site_profiles/<site>/system.yaml);
+* beside it, what compares across data sizes, `throughput.png` and `table#sets`: training
+  samples/s per compute unit after the warm-up (the reference network's sets, published and
+  kit reference runs of any size, on one axis; another config's apart), and for the kit's runs
+  the input wait (summary.json usage.input_wait_share) and GPU busy share, n/a with the reason
+  where not recorded, `ul#throughput-panels`;
 * every run of one set only when asked (`--runs-of SET`): `runs-N.png` (a time line of fixed
   size) and `table#runs`;
 * scores per set (`hpckit.results.score`: olympic mean / time_to_train_all), `table#scores`;
@@ -43,7 +54,7 @@ from pathlib import Path
 from hpckit.common.errors import KitError
 from hpckit.results.perflog import allowed_range, read_perflogs
 
-PNGS = ("tts.png", "scaling.png", "convergence.png", "projection.png", "history.png")
+PNGS = ("tts.png", "throughput.png", "scaling.png", "convergence.png", "projection.png", "history.png")
 
 
 def add_arguments(p) -> None:
@@ -102,12 +113,33 @@ class SetView:
     lo_s: float | None = None     # spread of the runs' times to train (weak: instances')
     hi_s: float | None = None
     division: str = ""
+    # what its data is (tag_data): every run of a view has one config and data set
+    config: str = "official"      # a kit run's config (mini, reference); `official`: a log without one
+    dataset: str | None = None    # RunFacts.dataset: config/train samples
+    train_samples: int | None = None
+    axis: str = ""                # the time-to-train axis it shares: `official/N` (closed division's data), or its own
+    closed_data: bool = False     # on the data of published closed-division sets
+    data_text: str = ""           # the table's words for it
+    model: str = "reference"      # the throughput axis: the reference network and samples, or the config's own
+    # the figures that compare across data sizes (medians of the runs that count)
+    per_unit: float | None = None    # steady training samples/s per compute unit
+    per_unit_why: str = ""           # why per_unit is n/a
+    unit: str = ""                   # what a compute unit is: accelerator, rank (CPU), node
+    input_wait: float | None = None  # share of the training loop waiting for the next batch
+    gpu_busy: float | None = None    # share of it the GPU computed (CUDA runs)
+    wait_why: str = ""               # why input_wait is n/a
+    busy_why: str = ""               # why gpu_busy is n/a
 
     @property
     def label(self) -> str:
         text = f"{_middle(self.org, 16)} {_middle(self.system, 30)} | {self.scaling}" \
-            + (f" {self.division}" if self.division not in ("closed", "") else "") + f" | {self.scale}"
+            + (f" {self.division}" if self.division not in ("closed", "") else "") + f" | {self.scale}" \
+            + (f" | {_middle(self.config, 12)}" if self.config != "official" else "")
         return ("[site] " if self.origin == "site" else "") + text
+
+    @property
+    def samples_text(self) -> str:
+        return f"{self.train_samples:,} samples" if self.train_samples else "samples not logged"
 
 
 def _middle(text: str, width: int) -> str:
@@ -156,43 +188,16 @@ def _scale_text(nodes, acc, models=None) -> str:
 
 
 def set_views(sets: list[dict], facts: dict, origin: str, site_desc: dict | None = None) -> list[SetView]:
-    from hpckit.results.score import _system_desc
     views = []
     for s in sets:
-        fs = [facts[r.path] for _, r in s["runs"] if r.path in facts]
-        if not fs:
-            continue
-        counted = [f for f in fs if f.log.path in s.get("counted_paths", set())]
-        sc = s["score"]
-        if origin == "site" and site_desc:
-            system, node = str(s["platform"]), _node_description(site_desc)
-        else:
-            system, node = str(s["platform"]), _node_description(_system_desc(s.get("org_dir"), s.get("system")))
-        accs = sorted({f.log.accelerators_per_node for f in fs if f.log.accelerators_per_node is not None})
-        acc = accs[0] if len(accs) == 1 else None
-        if acc is None and origin == "site" and site_desc:
-            try:
-                acc = int(str(site_desc.get("accelerators_per_node")))
-            except ValueError:
-                acc = None
-        weak = sc["kind"] == "weak"
-        models = sc.get("number_of_models") if weak else None
-        v = SetView(origin=origin, sid=f"{origin}:{s['org']}/{system}/{s['scaling']}/{s['benchmark']}",
-                    org=str(s["org"]), system=system, benchmark=str(s["benchmark"]), scaling=sc["kind"],
-                    node=node, scale=_scale_text(s["nodes"], acc, models), score=sc, facts=fs, counted=counted,
-                    division=str(next((f.log.division for f in fs if f.log.division), "")).lower())
-        basis = counted or fs
-        v.median = _median_of(basis, key=lambda f: f.total_s)
-        v.lo_s = min(f.total_s for f in basis)
-        v.hi_s = max(f.total_s for f in basis)
-        if weak:
-            if sc.get("time_to_train_all_min") is not None:
-                v.total_s = sc["time_to_train_all_min"] * 60.0
-            else:
-                v.total_s = (max(f.log.run_stop_ms for f in basis) - min(f.log.run_start_ms for f in basis)) / 1000.0
-        else:
-            v.total_s = v.median.total_s
-        views.append(v)
+        every = [facts[r.path] for _, r in s["runs"] if r.path in facts]
+        # a set's runs of another config or data size (a folder of mini and reference runs)
+        # are a view of their own: one median never mixes data sets
+        parts: dict[tuple, list] = {}
+        for f in every:
+            parts.setdefault((f.config, f.dataset), []).append(f)
+        for (config, dataset), fs in parts.items():
+            views.append(_set_view(s, fs, origin, site_desc, config, dataset, split=len(parts) > 1))
     # a set id appears once (two folders of one system and benchmark: numbered)
     seen: dict[str, int] = {}
     for v in views:
@@ -202,18 +207,190 @@ def set_views(sets: list[dict], facts: dict, origin: str, site_desc: dict | None
     return views
 
 
+def _set_view(s: dict, fs: list, origin: str, site_desc: dict | None, config: str, dataset: str | None,
+              split: bool) -> SetView:
+    """The view of a set's runs of one config and data set (split: the set has others)."""
+    from hpckit.results.score import _system_desc
+    counted = [f for f in fs if f.log.path in s.get("counted_paths", set())]
+    sc = s["score"]
+    if origin == "site" and site_desc:
+        system, node = str(s["platform"]), _node_description(site_desc)
+    else:
+        system, node = str(s["platform"]), _node_description(_system_desc(s.get("org_dir"), s.get("system")))
+    accs = sorted({f.log.accelerators_per_node for f in fs if f.log.accelerators_per_node is not None})
+    acc = accs[0] if len(accs) == 1 else None
+    if acc is None and origin == "site" and site_desc:
+        try:
+            acc = int(str(site_desc.get("accelerators_per_node")))
+        except ValueError:
+            acc = None
+    weak = sc["kind"] == "weak"
+    models = sc.get("number_of_models") if weak else None
+    nodes = s["nodes"]
+    if split:   # the nodes of this view's runs
+        counts = sorted({f.log.number_of_nodes for f in fs if f.log.number_of_nodes is not None})
+        nodes = counts[0] if len(counts) == 1 else (counts or None)
+    v = SetView(origin=origin, sid=f"{origin}:{s['org']}/{system}/{s['scaling']}/{s['benchmark']}"
+                + (f"@{dataset or config}" if split else ""),
+                org=str(s["org"]), system=system, benchmark=str(s["benchmark"]), scaling=sc["kind"],
+                node=node, scale=_scale_text(nodes, acc, models), score=sc, facts=fs, counted=counted,
+                division=str(next((f.log.division for f in fs if f.log.division), "")).lower(),
+                config=config, dataset=dataset)
+    basis = counted or fs
+    v.median = _median_of(basis, key=lambda f: f.total_s)
+    v.lo_s = min(f.total_s for f in basis)
+    v.hi_s = max(f.total_s for f in basis)
+    if weak:
+        if sc.get("time_to_train_all_min") is not None and not split:
+            v.total_s = sc["time_to_train_all_min"] * 60.0
+        else:
+            v.total_s = (max(f.log.run_stop_ms for f in basis) - min(f.log.run_start_ms for f in basis)) / 1000.0
+    else:
+        v.total_s = v.median.total_s
+    _throughput_of(v, basis)
+    return v
+
+
+PUBLISHED_WAIT = "published MLPerf logs do not record it"
+SITE_WAIT = ("not recorded: no summary.json with usage.input_wait_share beside the log (a log not written by the "
+             "kit, or by a kit from before it)")
+
+
+def _throughput_of(v: SetView, basis: list) -> None:
+    """The figures that compare across data sizes, medians of the runs: training samples/s
+    per compute unit after the warm-up, and the input wait and GPU busy shares the kit's runs
+    recorded (n/a with the reason where none did, never 0)."""
+    samples = median([f.train_samples for f in basis])
+    v.train_samples = int(samples) if samples else None
+    no_epochs = next((f.no_epochs for f in basis if f.no_epochs), None)
+    v.per_unit = None if no_epochs else median([f.steady_per_unit for f in basis])
+    v.per_unit_why = (no_epochs if no_epochs else "" if v.per_unit is not None else
+                      "no epoch times, train samples or compute units in the logs")
+    f = v.median
+    v.unit = ("accelerator" if f.log.number_of_nodes is not None and f.log.accelerators_per_node
+              else "rank (CPU)" if f.ranks else "node" if f.log.number_of_nodes is not None else "")
+    v.input_wait = median([f.input_wait for f in basis])
+    v.gpu_busy = median([f.gpu_busy for f in basis])
+    v.wait_why = v.busy_why = PUBLISHED_WAIT if v.origin == "published" else SITE_WAIT
+    if v.input_wait is not None and v.gpu_busy is None:
+        v.busy_why = "no CUDA device: GPU busy is measured on CUDA runs only"
+
+
+# ---- what a set's data is: which time-to-train axis it may share -----------------------------
+
+# The configs that train the reference network on full-size samples: a log without
+# hpckit_config (a submission's, `official`) and the kit's reference config. Their samples/s
+# compare whatever the number of train samples; another config (the kit's mini ruleset:
+# smaller samples, a narrower network) has its own.
+REFERENCE_MODEL = ("official", "reference")
+
+
+def _official(n: int) -> str:
+    """The data set name of n train samples on the closed division's data (RunFacts.dataset)."""
+    return f"official/{int(float(f'{int(n):.3g}'))}"
+
+
+def closed_datasets(views: list[SetView]) -> dict[str, set[str]]:
+    """Per benchmark, the data sets of the published closed division: those of the
+    --published closed-division sets and of the convergence record the kit ships (v0.7-v3.0)."""
+    from hpckit.results.analysis import load_record
+    out: dict[str, set[str]] = {}
+    for v in views:
+        if v.origin == "published" and v.division == "closed" and v.config == "official" and v.train_samples:
+            out.setdefault(v.benchmark.lower(), set()).add(_official(v.train_samples))
+    for p in load_record()[0]:
+        if p.division == "closed" and p.dataset.startswith("official/"):
+            out.setdefault(p.benchmark.lower(), set()).add(p.dataset)
+    return out
+
+
+def tag_data(views: list[SetView]) -> None:
+    """Say what each set's data is, and so which axes it shares: its time to train only with
+    sets on the same data set (the closed division's sizes: published closed sets, a kit
+    reference-config run of that size; else its config and size alone), its samples/s per
+    unit with every set of the same network and samples (the reference's, any data size)."""
+    closed = closed_datasets(views)
+    for v in views:
+        n = v.train_samples
+        samples = f"{n:,} train samples" if n else "train samples not logged"
+        on_closed = v.config in REFERENCE_MODEL and bool(n) and _official(n) in closed.get(v.benchmark.lower(), ())
+        v.closed_data = on_closed
+        v.axis = _official(n) if on_closed else (v.dataset or f"{v.config}/?")
+        v.model = "reference" if v.config in REFERENCE_MODEL else v.config
+        if v.config == "official":
+            v.data_text = f"{v.division or 'unknown'} division, {samples}" + (
+                "" if on_closed or not n else " (no published closed-division set has this size)")
+        elif v.config == "mini":
+            v.data_text = f"mini ruleset (kit config mini), {samples}"
+        else:
+            v.data_text = f"kit config {v.config}, {samples}" + (
+                " (the closed division's size)" if on_closed else "")
+
+
+def panel_title(benchmark: str, axis: str, vs: list[SetView]) -> str:
+    """What one time-to-train panel holds: the closed division's data, or which other."""
+    sizes = sorted({v.train_samples for v in vs if v.train_samples})
+    samples = (" / ".join(f"{n:,}" for n in sizes[:3]) + " train samples") if sizes else "train samples not logged"
+    if all(v.closed_data for v in vs):
+        return f"{benchmark}, closed-division data ({samples})"
+    config = vs[0].config
+    if not sizes:
+        what = f"config {config}, train samples not logged"
+    elif config == "mini":
+        what = f"mini ruleset (kit config mini), {samples}"
+    elif config == "official":
+        what = f"{samples}, a size of no published closed-division set"
+    else:
+        what = f"kit config {config}, {samples}"
+    return f"{benchmark}, {what}: not the closed division's data"
+
+
+def _sets(n: int) -> str:
+    return f"{n} set" if n == 1 else f"{n} sets"
+
+
 def _bench_order(views: list[SetView]) -> list[str]:
     """The site's benchmarks first, then the others, each group by name."""
     site = sorted({v.benchmark for v in views if v.origin == "site"})
     return site + sorted({v.benchmark for v in views} - set(site))
 
 
-def shown_sets(views: list[SetView], benchmark: str) -> tuple[list[SetView], int]:
-    """The sets a figure draws for one benchmark (site first, then the fastest published
-    ones) and how many published sets were left out."""
-    site = [v for v in views if v.benchmark == benchmark and v.origin == "site"][:MAX_SITE_BARS]
-    pub = sorted((v for v in views if v.benchmark == benchmark and v.origin == "published"),
-                 key=lambda v: v.total_s if v.total_s is not None else math.inf)
+def tts_panels(views: list[SetView]) -> list[tuple[str, str]]:
+    """The time-to-train panels, (benchmark, axis): per benchmark one per data set, the
+    closed division's first; a time to train is drawn only beside times on the same data."""
+    out = []
+    for bench in _bench_order(views):
+        mine = [v for v in views if v.benchmark == bench]
+        key = {a: (not any(v.closed_data for v in mine if v.axis == a),       # the closed division's data first,
+                   not any(v.origin == "site" for v in mine if v.axis == a),  # the site's,
+                   -max((v.train_samples or 0 for v in mine if v.axis == a), default=0), a)   # the largest
+               for a in {v.axis for v in mine}}
+        out += [(bench, a) for a in sorted(key, key=key.get)]
+    return out
+
+
+def throughput_panels(views: list[SetView]) -> list[tuple[str, str]]:
+    """The samples/s panels, (benchmark, model): per benchmark the reference network's sets
+    (published and kit reference runs, any data size) on one axis, another config's apart."""
+    out = []
+    for bench in _bench_order(views):
+        models = {v.model for v in views if v.benchmark == bench}
+        out += [(bench, m) for m in sorted(models, key=lambda m: (m != "reference", m))]
+    return out
+
+
+def shown_sets(views: list[SetView], benchmark: str, axis: str | None = None,
+               model: str | None = None) -> tuple[list[SetView], int]:
+    """The sets a figure draws for one benchmark (and data set axis, or network; site first,
+    then the fastest published ones) and how many published sets were left out."""
+    mine = [v for v in views if v.benchmark == benchmark and (axis is None or v.axis == axis)
+            and (model is None or v.model == model)]
+    site = [v for v in mine if v.origin == "site"][:MAX_SITE_BARS]
+    if model is None:    # the fastest to train
+        key = (lambda v: v.total_s if v.total_s is not None else math.inf)   # noqa: E731
+    else:                # the highest samples/s per unit
+        key = (lambda v: -v.per_unit if v.per_unit is not None else math.inf)   # noqa: E731
+    pub = sorted((v for v in mine if v.origin == "published"), key=key)
     return site + pub[:MAX_PUBLISHED_BARS], max(0, len(pub) - MAX_PUBLISHED_BARS)
 
 
@@ -227,18 +404,21 @@ def _save(fig, path: Path, tight: bool = False) -> None:
         fig.savefig(tmp, format="png", dpi=90, **({"bbox_inches": "tight", "pad_inches": 0.1} if tight else {}))
 
 
-def _plot_tts(plt, views: list[SetView], out: Path) -> None:
-    """Per benchmark, one row per set: left, the set's time to train on a log scale (strong:
-    the median run, the whisker from its fastest to its slowest run; weak: time_to_train_all,
-    the whisker over its instances' own times to train); right, the median run's time split
-    into staging, training and evaluation (weak: the median instance, and the wait until the
-    last instance finished)."""
-    benches = _bench_order(views)
-    rows = [shown_sets(views, b) for b in benches]
+def _plot_tts(plt, views: list[SetView], out: Path) -> list[tuple[str, list[SetView]]]:
+    """Per benchmark and data set (tts_panels: the closed division's data, the kit's mini
+    ruleset's, ... each a panel of its own with its own time axis, titled with what it is),
+    one row per set: left, the set's time to train on a log scale (strong: the median run, the
+    whisker from its fastest to its slowest run; weak: time_to_train_all, the whisker over its
+    instances' own times to train); right, the median run's time split into staging, training
+    and evaluation (weak: the median instance, and the wait until the last instance finished).
+    Returns each panel's title and sets."""
+    panels = tts_panels(views)
+    rows = [shown_sets(views, b, axis=a) for b, a in panels]
+    titles = [panel_title(b, a, [v for v in views if v.benchmark == b and v.axis == a]) for b, a in panels]
     heights = [0.27 * len(vs) + 1.2 for vs, _ in rows]
-    fig, axes = plt.subplots(len(benches), 2, figsize=(14, sum(heights) + 0.4), squeeze=False,
+    fig, axes = plt.subplots(len(panels), 2, figsize=(14, sum(heights) + 0.4), squeeze=False,
                              gridspec_kw={"height_ratios": heights, "width_ratios": [5, 3]})
-    for (left, right), bench, (vs, hidden) in zip(axes, benches, rows):
+    for (left, right), title, (vs, hidden) in zip(axes, titles, rows):
         y = list(range(len(vs)))
         totals = [v.total_s / 60.0 for v in vs]
         lows = [max(0.0, t - v.lo_s / 60.0) if v.scaling == "strong" else 0.0 for t, v in zip(totals, vs)]
@@ -266,7 +446,9 @@ def _plot_tts(plt, views: list[SetView], out: Path) -> None:
         left.set_xlabel("time to train (min, log): strong = median run, weak (hatched) = time_to_train_all; "
                         "whisker = runs' min-max", fontsize=7)
         more = f"; {hidden} slower published sets in the sets table" if hidden else ""
-        left.set_title(f"{bench}: {len(vs)} sets{more}", fontsize=9, loc="left")
+        apart = not all(v.closed_data for v in vs)
+        left.set_title(f"{title}: {_sets(len(vs))}{more}", fontsize=9, loc="left",
+                       color="#b2182b" if apart else "black", fontweight="bold" if apart else "normal")
         left.grid(axis="x", alpha=0.3)
 
         lefts = [0.0] * len(vs)
@@ -291,6 +473,80 @@ def _plot_tts(plt, views: list[SetView], out: Path) -> None:
     fig.tight_layout()
     _save(fig, out / "tts.png", tight=True)
     plt.close(fig)
+    return [(t, vs) for t, (vs, _) in zip(titles, rows)]
+
+
+def _plot_throughput(plt, views: list[SetView], out: Path) -> list[tuple[str, list[SetView]]]:
+    """What compares across data sizes, beside the time to solution: per benchmark and
+    network (throughput_panels: the reference's, published and kit reference runs of any
+    number of train samples, on one axis; another config's, the mini ruleset's smaller samples
+    and narrower network, in a panel of its own), one row per set labelled with its data:
+    left, steady training samples/s per compute unit (the median of its runs, the whisker
+    their min-max); right, for the kit's runs, the share of the training loop spent waiting
+    for the next batch (bar) and the GPU busy (diamond, CUDA runs), `n/a` where not recorded.
+    Returns each panel's title and sets."""
+    panels = throughput_panels(views)
+    rows = [shown_sets(views, b, model=m) for b, m in panels]
+    heights = [0.27 * len(vs) + 1.2 for vs, _ in rows]
+    fig, axes = plt.subplots(len(panels), 2, figsize=(14, sum(heights) + 0.4), squeeze=False,
+                             gridspec_kw={"height_ratios": heights, "width_ratios": [5, 3]})
+    titles = []
+    for (left, right), (bench, model), (vs, hidden) in zip(axes, panels, rows):
+        title = (f"{bench}, the reference network and samples, any data size" if model == "reference"
+                 else f"{bench}, kit config {model}: its own network and samples, not the reference's")
+        titles.append(title)
+        y = list(range(len(vs)))
+        vals = [v.per_unit for v in vs]
+        spread = [[f.steady_per_unit for f in (v.counted or v.facts) if f.steady_per_unit is not None] for v in vs]
+        drawn = [x for x in vals if x] + [x for sp in spread for x in sp if x]
+        lo = min(drawn) / 3.0 if drawn else 0.1
+        left.barh(y, [(x - lo) if x else 0.0 for x in vals], left=lo, color=[ORIGIN_COLORS[v.origin] for v in vs],
+                  alpha=0.85, height=0.7)
+        for i, (v, x, sp) in enumerate(zip(vs, vals, spread)):
+            if not x:
+                left.text(lo * 1.12, i, f"n/a: {v.per_unit_why.split(' (')[0]}", va="center", fontsize=7,
+                          color="#777777")
+                continue
+            if sp:
+                left.errorbar([x], [i], xerr=[[max(0.0, x - min(sp))], [max(0.0, max(sp) - x)]], fmt="none",
+                              ecolor="black", capsize=3, linewidth=1)
+            left.text(max([x] + sp) * 1.12, i, f"{x:.3g}", va="center", fontsize=7)
+        left.set_xscale("log")
+        left.set_xlim(lo, (max(drawn) if drawn else 1.0) * 3.0)
+        left.set_yticks(y, [f"{v.label} | {v.samples_text}" for v in vs], fontsize=7)
+        for tick, v in zip(left.get_yticklabels(), vs):
+            if v.origin == "site":
+                tick.set_color(ORIGIN_COLORS["site"])
+                tick.set_fontweight("bold")
+        left.invert_yaxis()
+        left.set_xlabel("training samples/s per compute unit (log; accelerator, CPU runs: rank), after the "
+                        "first epoch; whisker = runs' min-max", fontsize=7)
+        more = f"; {hidden} more published sets in the sets table" if hidden else ""
+        left.set_title(f"{title}: {_sets(len(vs))}{more}", fontsize=9, loc="left",
+                       color="black" if model == "reference" else "#b2182b",
+                       fontweight="normal" if model == "reference" else "bold")
+        left.grid(axis="x", alpha=0.3)
+
+        waits = [100.0 * v.input_wait if v.input_wait is not None else 0.0 for v in vs]
+        right.barh(y, waits, color="#a6761d", height=0.7, label="input wait (share of the training loop)")
+        busy = [(100.0 * v.gpu_busy, i) for i, v in enumerate(vs) if v.gpu_busy is not None]
+        if busy:
+            right.plot([b for b, _ in busy], [i for _, i in busy], "D", color="black", markersize=5,
+                       label="GPU busy")
+        for i, v in enumerate(vs):
+            note = (f"{v.input_wait:.2f}" if v.input_wait is not None else
+                    "n/a: published log" if v.origin == "published" else "n/a: not recorded")
+            right.text(min(waits[i] + 2.0, 80.0), i, note, va="center", fontsize=7,
+                       color="black" if v.input_wait is not None else "#777777")
+        right.set_yticks(y, [""] * len(vs))
+        right.set_xlim(0, 100)
+        right.invert_yaxis()
+        right.set_xlabel("share of the training loop's time (%)", fontsize=7)
+        right.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=6, frameon=False)
+    fig.tight_layout()
+    _save(fig, out / "throughput.png", tight=True)
+    plt.close(fig)
+    return [(t, vs) for t, (vs, _) in zip(titles, rows)]
 
 
 def _plot_runs(plt, v: SetView, out: Path, name: str) -> None:
@@ -324,7 +580,7 @@ def _plot_runs(plt, v: SetView, out: Path, name: str) -> None:
     ax.invert_yaxis()
     ax.set_xlabel(("minutes since the set's first run_start" if weak else "minutes since each run's run_start")
                   + " (grey: a run that does not count)")
-    ax.set_title(f"{v.sid}: {len(fs)} runs", fontsize=9, loc="left")
+    ax.set_title(f"{v.sid} ({v.data_text}): {len(fs)} runs", fontsize=9, loc="left")
     ax.set_xlim(left=0)
     ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, frameon=False)
     ax.grid(axis="x", alpha=0.3)
@@ -341,10 +597,12 @@ def _short(f: RunFacts) -> str:
     return label if len(label) <= 40 else label[:37] + "..."
 
 
-def _plot_scaling(plt, views: list[SetView], out: Path) -> None:
+def _plot_scaling(plt, views: list[SetView], out: Path) -> list[str]:
     """One point per set (the median of its runs, the whisker their min-max): epoch
     throughput and epochs to converge against compute units (per model instance for a weak
-    set) and global batch size; a fixed size whatever the number of runs or sets."""
+    set) and global batch size; a fixed size whatever the number of runs or sets. A set not
+    on the closed division's data is a hollow marker with its data set in the legend.
+    Returns the legends' labels."""
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
     panels = [(axes[0][0], "compute_units", "epoch_throughput", "compute units (per instance)", "epoch throughput (samples/s)"),
               (axes[0][1], "global_batch_size", "epoch_throughput", "global batch size", "epoch throughput (samples/s)"),
@@ -355,12 +613,16 @@ def _plot_scaling(plt, views: list[SetView], out: Path) -> None:
     def value(f, attr):
         return f.log.epochs if attr == "epochs" else getattr(f, attr)
 
+    # a set not on the closed division's data is drawn hollow and named with its data set
+    groups = sorted({(v.benchmark, v.closed_data, "" if v.closed_data else v.axis) for v in views},
+                    key=lambda g: (_bench_order(views).index(g[0]), not g[1], g[2]))
     for ax, xa, ya, xl, yl in panels:
         for origin in ("published", "site"):
-            for bench in _bench_order(views):
+            for bench, closed, axis in groups:
                 pts = []
                 for v in views:
-                    if v.origin != origin or v.benchmark != bench:
+                    if v.origin != origin or v.benchmark != bench or v.closed_data != closed \
+                            or (not closed and v.axis != axis):
                         continue
                     basis = v.counted or v.facts
                     xs = median([value(f, xa) for f in basis])
@@ -371,7 +633,8 @@ def _plot_scaling(plt, views: list[SetView], out: Path) -> None:
                 if pts:
                     ax.errorbar([p[0] for p in pts], [p[1] for p in pts], yerr=[[p[2] for p in pts], [p[3] for p in pts]],
                                 fmt=markers.get(bench, "v"), color=ORIGIN_COLORS[origin], alpha=0.8, capsize=2,
-                                markersize=7 if origin == "site" else 5, label=f"{origin} {bench}")
+                                markersize=7 if origin == "site" else 5, markerfacecolor=None if closed else "none",
+                                label=f"{origin} {bench}" + ("" if closed else f" ({axis}, not closed-division data)"))
         ax.set_xscale("log")
         ax.set_yscale("log")   # benchmarks differ by orders of magnitude (OpenFold counts steps)
         ax.set_xlabel(xl)
@@ -382,7 +645,10 @@ def _plot_scaling(plt, views: list[SetView], out: Path) -> None:
     fig.suptitle("one point per set: median of its runs, whisker min-max", fontsize=9)
     fig.tight_layout()
     _save(fig, out / "scaling.png")
+    labels = sorted({text for ax in fig.axes if ax.get_legend() for text in
+                     (t.get_text() for t in ax.get_legend().get_texts())})
     plt.close(fig)
+    return labels
 
 
 def _plot_history(plt, rows: list[dict], out: Path) -> None:
@@ -618,7 +884,8 @@ def _breakdown_rows(views: list[SetView]) -> list[str]:
         per_epoch = (3, 4, 7, 8)     # epoch, warm-up, staging / epoch, epoch throughput
         out.append(f'<tr class="{v.origin}"><td class="name">{html.escape(cells[0])}</td>'
                    + "".join(_na("", no_epochs) if no_epochs and i in per_epoch else _cell(c, "{:.3g}")
-                             for i, c in enumerate(cells[1:], start=1)) + "</tr>")
+                             for i, c in enumerate(cells[1:], start=1))
+                   + _data_cell(v) + _share_cell(v.input_wait, v.wait_why, "input-wait") + "</tr>")
     return out
 
 
@@ -652,7 +919,8 @@ def analysis_section(pub, site, projectors, notes, views, projection_rows) -> st
         "<h3>Breakdown per set</h3>",
         _table("breakdown", ["set", "init (s)", "staging (s)", "epoch, steady (s)", "warm-up (s)",
                              "one evaluation (s)", "eval share", "staging / epoch", "train samples/s per unit",
-                             "eval samples/s per unit", "unit-hours per run"], _breakdown_rows(views)),
+                             "eval samples/s per unit", "unit-hours per run", "data", "input wait"],
+               _breakdown_rows(views)),
         "<h3>Epochs to converge against batch size (Fig. 2b)</h3>",
         '<img id="plot-convergence" src="convergence.png" alt="epochs to converge against global batch size '
         'with the fitted curve">',
@@ -714,9 +982,11 @@ def _run_rows(facts: list[RunFacts]) -> list[str]:
     rows = []
     for f in facts:
         r = f.log
+        why = (PUBLISHED_WAIT if f.origin == "published" else SITE_WAIT)
         rows.append(
             f'<tr class="run {f.origin}">' + _cell(f.origin) + f'<td class="name" title="{html.escape(f.name)}">'
-            f"{html.escape(_short(f))}</td>" + _cell(r.benchmark) + _cell(r.number_of_nodes, "{:d}")
+            f"{html.escape(_short(f))}</td>" + _cell(r.benchmark) + _cell(f.dataset or f"{f.config}/?", cls="data")
+            + _cell(r.number_of_nodes, "{:d}")
             + _cell(f.compute_units, "{:d}", "units") + _cell(f.global_batch_size, "{:d}", "batch")
             + _epoch_cell(f.no_epochs, r.epochs, "{:d}", "epochs") + _cell(r.time_to_train_min, "{:.2f}", "ttt")
             + _cell(f.staging_s, "{:.1f}", "staging") + _cell(f.train_s, "{:.1f}", "training")
@@ -724,7 +994,12 @@ def _run_rows(facts: list[RunFacts]) -> list[str]:
             + _epoch_cell(f.no_epochs, f.epoch_throughput, "{:.1f}", "throughput")
             + _epoch_cell(f.no_epochs, f.staging_epoch_ratio, "{:.3f}", "ratio")
             + _cell(f.unit_hours, "{:.3f}", "unit-hours")
-            + _cell("yes" if r.converged else "no", cls="converged") + "</tr>")
+            + _cell("yes" if r.converged else "no", cls="converged")
+            + _per_unit_cell(None if f.no_epochs else f.steady_per_unit,
+                             f.no_epochs or "no epoch times, train samples or compute units in the log")
+            + _share_cell(f.input_wait, why, "input-wait")
+            + _share_cell(f.gpu_busy, "no CUDA device: GPU busy is measured on CUDA runs only"
+                          if f.input_wait is not None else why, "gpu-busy") + "</tr>")
     return rows
 
 
@@ -737,7 +1012,7 @@ def _set_rows(views: list[SetView]) -> list[str]:
         rows.append(
             f'<tr class="set {v.origin}" data-benchmark="{html.escape(v.benchmark)}">' + _cell(v.origin)
             + f'<td class="sid">{html.escape(v.sid)}</td>' + _cell(v.org, cls="org") + _cell(v.system, cls="system")
-            + _cell(v.node or None, cls="node") + _cell(v.benchmark) + _cell(v.scaling, cls="scaling")
+            + _cell(v.node or None, cls="node") + _cell(v.benchmark) + _data_cell(v) + _cell(v.scaling, cls="scaling")
             + _cell(v.scale, cls="scale") + _cell(len(v.facts), "{:d}", "runs") + _cell(len(v.counted), "{:d}", "counted")
             + _cell(v.total_s / 60.0, "{:.2f}", "ttt") + _cell(v.lo_s / 60.0, "{:.2f}", "ttt-min")
             + _cell(v.hi_s / 60.0, "{:.2f}", "ttt-max") + _cell(m.staging_s, "{:.1f}", "staging")
@@ -748,8 +1023,26 @@ def _set_rows(views: list[SetView]) -> list[str]:
             + _epoch_cell(no_epochs, median([f.epoch_throughput for f in basis]), "{:.1f}", "throughput")
             + _epoch_cell(no_epochs, median([f.staging_epoch_ratio for f in basis]), "{:.3f}", "ratio")
             + _cell(spent if any(f.unit_hours is not None for f in v.facts) else None, "{:.3f}", "unit-hours")
+            + _per_unit_cell(v.per_unit, v.per_unit_why) + _cell(v.unit or None, cls="unit")
+            + _share_cell(v.input_wait, v.wait_why, "input-wait") + _share_cell(v.gpu_busy, v.busy_why, "gpu-busy")
             + "</tr>")
     return rows
+
+
+def _data_cell(v: SetView) -> str:
+    """What the set's data is (tag_data), with its data set and time-to-train axis in the
+    attributes; a set off the closed division's data is marked `apart`."""
+    return (f'<td class="data{"" if v.closed_data else " apart"}" data-dataset="{html.escape(str(v.dataset))}" '
+            f'data-axis="{html.escape(v.axis)}">{html.escape(v.data_text)}</td>')
+
+
+def _per_unit_cell(value, why: str) -> str:
+    return _cell(value, "{:.3g}", "per-unit") if value is not None else _na("per-unit", why)
+
+
+def _share_cell(value, why: str, cls: str) -> str:
+    """A share of the training loop's time; n/a with the reason where not recorded (never 0)."""
+    return _cell(value, "{:.2f}", cls) if value is not None else _na(cls, why)
 
 
 def _budget_rows(sets: list[dict], facts: dict, origin: str) -> list[str]:
@@ -807,19 +1100,30 @@ def _targets_text() -> str:
     return ", ".join(f"{b} {m} {op} {t}" for b, (m, op, t) in TARGETS.items())
 
 
-def render_html(title, site_sets, pub_sets, views, facts, perf_rows, inputs, runs_of=(), analysis="") -> str:
+def _panel_list(lid: str, panels: list[tuple[str, list[SetView]]]) -> str:
+    """The panels a figure draws, each with its sets' ids (data-sets, separated by |): what
+    each axis holds, in words."""
+    items = "".join(f'<li data-sets="{html.escape("|".join(v.sid for v in vs))}">{html.escape(t)}: '
+                    f"{_sets(len(vs))}</li>" for t, vs in panels)
+    return f'<ul id="{lid}">{items}</ul>'
+
+
+def render_html(title, site_sets, pub_sets, views, facts, perf_rows, inputs, runs_of=(), analysis="",
+                tts=(), throughput=()) -> str:
     facts_list = list(facts.values())
     now = datetime.now(timezone.utc).isoformat(timespec="seconds")
-    hidden = sum(shown_sets(views, b)[1] for b in _bench_order(views))
+    hidden = sum(shown_sets(views, b, axis=a)[1] for b, a in tts_panels(views))
+    apart = [v for v in views if not v.closed_data]
     per_run = []
     for i, v in enumerate(runs_of):
         per_run += [f'<h3 class="runs-of">Runs of {html.escape(v.sid)}</h3>',
                     f'<img id="plot-runs-{i}" src="runs-{i}.png" alt="the runs of {html.escape(v.sid)} on one time line">',
                     _table("runs" if i == 0 else f"runs-{i}",
-                           ["origin", "run", "benchmark", "nodes", "compute units", "global batch",
+                           ["origin", "run", "benchmark", "data set", "nodes", "compute units", "global batch",
                             "epochs", "time to train (min)", "staging (s)", "training (s)",
                             "evaluation (s)", "epoch (s)", "epoch throughput (samples/s)",
-                            "staging / epoch", "unit-hours", "converged"], _run_rows(v.facts))]
+                            "staging / epoch", "unit-hours", "converged", "train samples/s per unit, steady",
+                            "input wait", "GPU busy"], _run_rows(v.facts))]
     parts = [
         "<!DOCTYPE html>", '<html lang="en"><head><meta charset="utf-8">',
         f"<title>{html.escape(title)}</title><style>{CSS}</style></head><body>",
@@ -833,6 +1137,17 @@ def render_html(title, site_sets, pub_sets, views, facts, perf_rows, inputs, run
         f"the official one for published logs ({html.escape(_targets_text())}), the target of "
         "the config a kit run logged (hpckit_config) for the kit's own runs.</p>",
         "<h2>Time to solution</h2>",
+        '<p class="note" id="what-compares">A time to train is a number of epochs of one data set: it '
+        "compares only between sets that trained on the same data. Each panel of the figure is one benchmark on "
+        "one data set, with its own time axis, and its title says which: the closed division's data (the "
+        "published closed-division sets, the data sizes of the record the kit ships; a kit run of the "
+        "reference config on that many samples joins them), or another (the kit's mini ruleset, trained on a "
+        "few hundred small synthetic samples in minutes on a CPU; another config or data size), drawn apart with "
+        "its title in red. The column <em>data</em> of the sets table says the same for every set."
+        + (f" Here {len(apart)} set{'s are' if len(apart) != 1 else ' is'} not on the closed division's data: "
+           f"{html.escape('; '.join(f'{v.sid} ({v.data_text})' for v in apart[:6]))}"
+           f"{'; ...' if len(apart) > 6 else ''}." if apart else "")
+        + " What compares across data sizes is the throughput per compute unit (below).</p>",
         '<p class="note">One row per set (system x benchmark x scaling), the site\'s sets first. Strong scaling: '
         "the median run's time to train (run_start to run_stop), the whisker from the fastest to the slowest run "
         "that counts. Weak scaling (hatched): time_to_train_all, the black line the instances' own times to train. "
@@ -841,12 +1156,30 @@ def render_html(title, site_sets, pub_sets, views, facts, perf_rows, inputs, run
         f"finished. At most {MAX_PUBLISHED_BARS} published sets per benchmark are drawn, the fastest"
         + (f" ({hidden} more in the table below)" if hidden else "")
         + "; every run of one set: <code>--runs-of SET</code>.</p>",
-        '<img id="plot-tts" src="tts.png" alt="time to train per set, split into staging, training and evaluation">',
-        _table("sets", ["origin", "set", "submitter", "system", "node", "benchmark", "scaling",
+        '<img id="plot-tts" src="tts.png" alt="time to train per set, a panel per benchmark and data set, split '
+        'into staging, training and evaluation">',
+        _panel_list("tts-panels", tts),
+        "<h3>Throughput per compute unit and input wait</h3>",
+        '<p class="note">Training samples/s per compute unit (an accelerator; on CPU runs a rank), the median of '
+        "each set's runs after their first epoch (train_samples / epoch time without evaluation): the figure that "
+        "compares a site's runs with published ones whatever the number of train samples, where both train the "
+        "same network on samples of the same size. The reference network's sets (published, and the kit's "
+        "reference config on any number of samples) share one axis; another config (the kit's mini ruleset: "
+        "smaller samples, a narrower network) has its own. Beside it, for the kit's runs, the input wait: the "
+        "share of the training loop's time spent waiting for the next batch (summary.json usage.input_wait_share; "
+        "GPU busy, usage.gpu_busy_share, on CUDA runs). Published logs do not record them: n/a, never 0.</p>",
+        '<img id="plot-throughput" src="throughput.png" alt="training samples/s per compute unit per set, and the '
+        'input wait of the site\'s runs">',
+        _panel_list("throughput-panels", throughput),
+        "<h3>Every set</h3>",
+        '<p class="note">Both figures\' numbers per set, every published set included: its data, time to train '
+        "and its parts, throughput per compute unit and input wait.</p>",
+        _table("sets", ["origin", "set", "submitter", "system", "node", "benchmark", "data", "scaling",
                         "nodes x accelerators", "runs", "counted", "time to train (min)", "min", "max",
                         "staging (s)", "training (s)", "evaluation (s)", "epochs", "global batch",
                         "compute units", "epoch throughput (samples/s)", "staging / epoch",
-                        "unit-hours, all runs"], _set_rows(views)),
+                        "unit-hours, all runs", "train samples/s per unit, steady", "compute unit",
+                        "input wait", "GPU busy"], _set_rows(views)),
         *per_run,
         "<h2>Scores</h2>",
         _table("scores", ["origin", "benchmark", "org", "platform", "nodes", "runs", "scaling",
@@ -962,6 +1295,7 @@ def main(args) -> int:
     facts = {**site_facts, **pub_facts}
 
     views = set_views(site_sets, facts, "site", site_desc) + set_views(pub_sets, facts, "published")
+    tag_data(views)
     runs_of = [pick_set(views, want) for want in args.runs_of]
     from hpckit.common.fileio import staged_dir
     # built in a directory beside --out and renamed to it: whole or not at all
@@ -985,7 +1319,8 @@ def write_report(args, out: Path, site_sets, pub_sets, facts, views, runs_of, pe
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    _plot_tts(plt, views, out)
+    tts = _plot_tts(plt, views, out)
+    throughput = _plot_throughput(plt, views, out)
     _plot_scaling(plt, views, out)
     pub_points, site_points, projectors, notes = analysis_inputs(site_sets, pub_sets, facts)
     _plot_convergence(plt, pub_points, site_points, out)
@@ -998,6 +1333,6 @@ def write_report(args, out: Path, site_sets, pub_sets, facts, views, runs_of, pe
     inputs = [f"site: {a}" for a in args.runs] + [f"published: {a}" for a in args.published] \
         + [f"perflog: {a}" for a in args.perflog] + ([f"site profile: {site_yaml}"] if site_yaml else [])
     atomic_write_text(out / "index.html", render_html(args.title, site_sets, pub_sets, views, facts, perf_rows,
-                                                      inputs, runs_of, analysis))
+                                                      inputs, runs_of, analysis, tts, throughput))
     from hpckit.results.score import to_json
     atomic_write_json(out / "scores.json", {"site": to_json(site_sets), "published": to_json(pub_sets)})
