@@ -29,17 +29,30 @@ by name:
     without a `_store` (PyG 1.x) is its attribute dict, not-None values only; a PyG 2.x
     Data's fields are its `_store` mapping. Only torch's tensor-rebuilding functions and
     these classes may be named by a record: anything else is refused (a corrupt or foreign
-    record is one line, and no code is run by reading data).
+    record is one line, and no code is run by reading data). The "length" entry is read by
+    an unpickler that allows no name at all: an int, and nothing else.
+
+An LMDB file is mapped into memory, and a page read past the end of a shorter file is
+SIGBUS, not an error LMDB could return. Before a file is opened its size is checked against
+what its meta pages say it holds (`check_lmdb_size`: the last page in use, the page size),
+so a file cut short (an interrupted copy) is one line naming it; before a key is read, the
+pages LMDB will pass to find it and the value's extent are checked with pread
+(`value_extent`), so a damaged node (a flipped byte in a size) is one line naming the file
+and key, not a copy from past the end of the file.
 """
 
 from __future__ import annotations
 
 import io
+import os
 import pickle
+import struct
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
 
+from hpckit.common import rawread
 from hpckit.common.errors import KitError, disk_error
 
 PYG_MODULE = "torch_geometric.data.data"
@@ -154,7 +167,6 @@ def _write_error(e: Exception, path: Path) -> KitError:
     reports ENOSPC where a write failed outright (lmdb.DiskError) but EIO where it was cut
     short, so the file system's free space decides (none left: it was full)."""
     import errno
-    import os
 
     import lmdb
     try:
@@ -287,52 +299,235 @@ def check_fields(fields: dict, where: str, need_graph: bool = True) -> dict:
     return fields
 
 
-_ENVS: dict[tuple[int, str], object] = {}   # (pid, path) -> open environment: py-lmdb opens a file once per process
+class LengthUnpickler(pickle.Unpickler):
+    """Unpickles the "length" entry: it holds an int (pickle.dumps(n, protocol=-1)), which
+    names no class or function; a pickle that names one is refused before anything runs."""
+
+    def find_class(self, module, name):
+        raise pickle.UnpicklingError(f"it names {module}.{name}, which a record count does not hold")
+
+
+def loads_length(raw: bytes, where: str) -> int:
+    """The record count pickled in a file's "length" entry; KitError naming `where` (file
+    and key) for anything but an int >= 0."""
+    try:
+        n = LengthUnpickler(io.BytesIO(raw)).load()
+    except Exception as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0]
+        raise KitError(f"{where}: not a pickled record count ({first})") from None
+    if type(n) is not int or n < 0:
+        raise KitError(f"{where}: does not hold a record count (it holds a {type(n).__name__})")
+    return n
+
+
+# LMDB 0.9's on-disk layout (liblmdb mdb.c: MDB_page, MDB_meta, MDB_db, MDB_node), in the
+# native byte order and 64-bit sizes the library writes. A page: pgno, pad, flags, lower,
+# upper, then `lower` bytes of node offsets. A meta page (pages 0 and 1): magic, version,
+# address, mapsize, the free DB's record (its md_pad is the page size), the main DB's (pad,
+# flags, depth, page counts, entries, root), last_pg, txnid. A node: lo, hi, flags, ksize,
+# the key, then the data (a branch node's child is lo | hi << 16 | flags << 32; a leaf's
+# data size is lo | hi << 16, F_BIGDATA: the data is on overflow pages from the pgno that
+# follows the key, after their 16-byte header).
+_META = struct.Struct("=Q2xH4xII8xQI44x4xHH32xQQQ")
+_PAGE = struct.Struct("=Q2xHHH")
+_NODE = struct.Struct("=HHHH")
+_PAGE_HEAD = 16
+_P_BRANCH, _P_LEAF, _P_META = 0x01, 0x02, 0x08
+_PAGE_KINDS = 0x01 | 0x02 | 0x04 | 0x08 | 0x20 | 0x40   # branch, leaf, overflow, meta, leaf2, sub-page
+_F_BIGDATA, _F_DUPDATA = 0x01, 0x04
+_MDB_MAGIC = 0xBEEFC0DE
+_MDB_VERSION = 1
+_P_INVALID = (1 << 64) - 1
+_MAX_DEPTH = 64
+
+
+@dataclass(frozen=True)
+class _Meta:
+    psize: int
+    db_flags: int       # the main DB's flags (the reference's files: none)
+    root: int
+    last_pg: int
+    txnid: int
+
+
+def _meta(head: bytes) -> _Meta | None:
+    """One meta page's fields, or None where it is not one."""
+    if len(head) < _META.size:
+        return None
+    _pgno, flags, magic, version, _mapsize, psize, db_flags, _depth, root, last_pg, txnid = _META.unpack_from(head)
+    if not flags & _P_META or magic != _MDB_MAGIC or version != _MDB_VERSION:
+        return None
+    return _Meta(psize, db_flags, root, last_pg, txnid)
+
+
+def check_lmdb_size(path: Path, fd: int, size: int) -> _Meta | None:
+    """The newest meta page of the LMDB file open as `fd` (as mdb_env_open picks it), once
+    the file is known to hold the pages it says it uses (0..last_pg); KitError naming the
+    file when it is shorter: LMDB maps the file and would read the missing pages from
+    unmapped memory (SIGBUS). The meta pages are read with pread, before any mapping; None
+    where they are not LMDB's (lmdb.open then refuses the file in one line)."""
+    try:
+        first = _meta(os.pread(fd, _META.size, 0))
+        if first is None:
+            return None
+        psize = first.psize
+        if psize < _META.size or psize > 1 << 16 or psize & (psize - 1):
+            raise KitError(f"{path}: not a readable LMDB file (page size {psize} in its header)")
+        second = _meta(os.pread(fd, _META.size, psize))
+    except OSError as e:
+        raise KitError(f"{path}: cannot read ({e.strerror or e})") from None
+    if second is None:
+        return None
+    meta = second if second.txnid > first.txnid else first
+    if meta.psize != psize:
+        raise KitError(f"{path}: damaged: its two LMDB meta pages give page sizes {psize} and {second.psize}")
+    need = (meta.last_pg + 1) * psize
+    if size < need:
+        raise KitError(f"{path}: truncated: its LMDB header says it holds {meta.last_pg + 1} pages of "
+                       f"{meta.psize} bytes ({need} bytes), the file has {size} (an interrupted copy?)")
+    if meta.db_flags:
+        raise KitError(f"{path}: not an OC20 LMDB file (its main database has flags {meta.db_flags:#x}; "
+                       "the reference's hold plain keys and values)")
+    return meta
+
+
+def value_extent(path: Path, fd: int, size: int, meta: _Meta, key: bytes) -> tuple[int, int] | None:
+    """(offset, length) in the file of the value under `key`, found as mdb_get finds it but
+    with pread: from the main DB's root down, each page searched with mdb_node_search's
+    binary search (keys ordered as bytes, LMDB's default), so the nodes looked at are the
+    ones LMDB will look at, each checked first: its header and key within its page, the
+    page it leads to within the file, the value within its page or the file. None: no such
+    key. KitError naming the file and key: a damaged file, which LMDB would read past the
+    end of a page or of the file. Then lmdb's own reading of the key touches nothing
+    outside the file."""
+    where = f"{path} key '{key.decode('ascii', 'replace')}'"
+    psize, pgno = meta.psize, meta.root
+    if pgno == _P_INVALID:   # an empty database
+        return None
+    for _ in range(_MAX_DEPTH):
+        if pgno > meta.last_pg:
+            raise KitError(f"{where}: damaged: a page refers to page {pgno}, past the last ({meta.last_pg})")
+        try:
+            page = os.pread(fd, psize, pgno * psize)
+        except OSError as e:
+            raise KitError(f"{where}: cannot read ({e.strerror or e})") from None
+        if len(page) < psize:
+            raise KitError(f"{where}: truncated: page {pgno} ends past the end of the file")
+        _pgno, flags, lower, _upper = _PAGE.unpack_from(page)
+        n = (lower - _PAGE_HEAD) >> 1
+        leaf = flags & _PAGE_KINDS == _P_LEAF
+        if not (leaf or flags & _PAGE_KINDS == _P_BRANCH) or lower > psize or n < 1:
+            raise KitError(f"{where}: damaged: page {pgno} is not a branch or leaf page of the B-tree")
+
+        def node(i: int) -> tuple[int, int, int, int, int]:
+            """(offset in the page, lo, hi, flags, key size) of node i, checked to lie in the page."""
+            ptr, = struct.unpack_from("=H", page, _PAGE_HEAD + 2 * i)
+            if ptr + _NODE.size > psize or ptr + _NODE.size + _NODE.unpack_from(page, ptr)[3] > psize:
+                raise KitError(f"{where}: damaged: page {pgno} has a node past its end")
+            return (ptr, *_NODE.unpack_from(page, ptr))
+
+        # mdb_node_search: a branch page's first key is not compared
+        low, high, i, rc = (0 if leaf else 1), n - 1, 0, 0
+        while low <= high:
+            i = (low + high) >> 1
+            ptr, _, _, _, ksize = node(i)
+            found = page[ptr + _NODE.size:ptr + _NODE.size + ksize]
+            rc = (key > found) - (key < found)
+            if rc == 0:
+                break
+            low, high = (i + 1, high) if rc > 0 else (low, i - 1)
+        if rc > 0:
+            i += 1   # the first key larger, or none (i == n)
+        if not leaf:   # mdb_page_search_root: the last key <= `key`
+            _, lo, hi, nflags, _ = node(n - 1 if i == n else i if rc == 0 else i - 1)
+            pgno = lo | hi << 16 | nflags << 32
+            continue
+        if rc != 0 or i == n:
+            return None
+        ptr, lo, hi, nflags, ksize = node(i)
+        length, data = lo | hi << 16, ptr + _NODE.size + ksize
+        if nflags & _F_DUPDATA:
+            raise KitError(f"{where}: not an OC20 LMDB file (the key holds several values)")
+        if not nflags & _F_BIGDATA:
+            if data + length > psize:
+                raise KitError(f"{where}: damaged: its value of {length} bytes reaches past the end of page {pgno}")
+            return pgno * psize + data, length
+        if data + 8 > psize:
+            raise KitError(f"{where}: damaged: page {pgno} has a node past its end")
+        overflow, = struct.unpack_from("=Q", page, data)
+        offset = overflow * psize + _PAGE_HEAD
+        if overflow > meta.last_pg or offset + length > size:
+            raise KitError(f"{where}: damaged: its value of {length} bytes at byte {offset} reaches past the end "
+                           f"of the file ({size} bytes)")
+        return offset, length
+    raise KitError(f"{where}: damaged: the B-tree is deeper than {_MAX_DEPTH} pages")
+
+
+@dataclass
+class _Opened:
+    """A file open in this process: its environment, and what the checks need."""
+    env: object
+    fd: int
+    size: int
+    meta: _Meta
+
+
+_OPEN: dict[tuple[int, str], _Opened] = {}   # (pid, path) -> open file: py-lmdb opens a file once per process
 
 
 class LmdbFile:
     """One data.NNNN.lmdb, opened read-only as the reference opens it, once per process
-    (an LMDB environment must not cross a fork, nor be opened twice in one process)."""
+    (an LMDB environment must not cross a fork, nor be opened twice in one process). Opened
+    after check_lmdb_size, every key read after value_extent: a truncated or damaged file
+    is one line naming it, never a read past its end."""
 
     def __init__(self, path: Path):
         self.path = Path(path)
 
-    def env(self):
-        import os
+    def _open(self) -> _Opened:
         import lmdb
         key = (os.getpid(), str(self.path.resolve()))
-        if key not in _ENVS:
+        if key not in _OPEN:
+            fd, st = rawread.open_regular(self.path)   # a FIFO or a directory is refused here
             try:
-                _ENVS[key] = lmdb.open(str(self.path), subdir=False, readonly=True, lock=False, readahead=False,
-                                       meminit=False, max_readers=1)
-            except lmdb.Error as e:
-                raise KitError(f"{self.path}: not a readable LMDB file ({str(e).splitlines()[0]})") from None
-        return _ENVS[key]
+                meta = check_lmdb_size(self.path, fd, st.st_size)
+                try:
+                    env = lmdb.open(str(self.path), subdir=False, readonly=True, lock=False, readahead=False,
+                                    meminit=False, max_readers=1)
+                except lmdb.Error as e:
+                    raise KitError(f"{self.path}: not a readable LMDB file ({str(e).splitlines()[0]})") from None
+                if meta is None:   # LMDB took meta pages the check did not: no file LMDB 0.9 writes
+                    env.close()
+                    raise KitError(f"{self.path}: not a readable LMDB file (its meta pages are not LMDB 0.9's)")
+            except BaseException:
+                os.close(fd)
+                raise
+            _OPEN[key] = _Opened(env, fd, st.st_size, meta)
+        return _OPEN[key]
+
+    def env(self):
+        return self._open().env
+
+    def _value(self, key: bytes, where: str) -> bytes | None:
+        """The value under `key` (value_extent first, then lmdb's get)."""
+        import lmdb
+        opened = self._open()
+        if value_extent(self.path, opened.fd, opened.size, opened.meta, key) is None:
+            return None
+        try:
+            with opened.env.begin() as txn:
+                return txn.get(key)
+        except lmdb.Error as e:
+            raise KitError(f"{where}: cannot read ({str(e).splitlines()[0]})") from None
 
     def length(self) -> int:
-        import lmdb
-        try:
-            with self.env().begin() as txn:
-                raw = txn.get(LENGTH_KEY)
-        except lmdb.Error as e:
-            raise KitError(f"{self.path}: not a readable LMDB file ({str(e).splitlines()[0]})") from None
+        raw = self._value(LENGTH_KEY, f"{self.path} key 'length'")
         if raw is None:
             raise KitError(f"{self.path}: no 'length' key (the reference's LMDBs store the record count under it)")
-        try:
-            n = pickle.loads(raw)
-        except Exception:
-            n = None
-        if isinstance(n, bool) or not isinstance(n, int) or n < 0:
-            raise KitError(f"{self.path}: key 'length' does not hold a record count")
-        return n
+        return loads_length(raw, f"{self.path} key 'length'")
 
     def raw(self, index: int) -> bytes:
-        import lmdb
-        try:
-            with self.env().begin() as txn:
-                raw = txn.get(f"{index}".encode("ascii"))
-        except lmdb.Error as e:
-            raise KitError(f"{self.path} key '{index}': cannot read ({str(e).splitlines()[0]})") from None
+        raw = self._value(f"{index}".encode("ascii"), f"{self.path} key '{index}'")
         if raw is None:
             raise KitError(f"{self.path} key '{index}': missing (the file's 'length' promises it)")
         return raw
@@ -349,7 +544,7 @@ class LmdbFile:
         return check_fields(fields, where, need_graph)
 
     def close(self):
-        import os
-        env = _ENVS.pop((os.getpid(), str(self.path.resolve())), None)
-        if env is not None:
-            env.close()
+        opened = _OPEN.pop((os.getpid(), str(self.path.resolve())), None)
+        if opened is not None:
+            opened.env.close()
+            os.close(opened.fd)
