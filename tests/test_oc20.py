@@ -341,3 +341,53 @@ def test_bad_command_lines_are_one_line(tmp_path, args, names):
     proc = run_hpckit(*[a.replace("{t}", str(tmp_path)) for a in args])
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and names.replace("{t}", str(tmp_path)) in lines[0], proc.stderr
+
+
+@pytest.mark.parametrize("value, message", [
+    (7, None), (0, None),
+    ([0] * 50, "does not hold a record count (it holds a list)"),
+    (True, "does not hold a record count (it holds True)"),
+    (-1, "does not hold a record count (it holds -1)"),
+    (2.0, "does not hold a record count (it holds 2.0)"),
+    ("7", "does not hold a record count (it holds '7')"),
+    (__import__("collections").OrderedDict(), "not a pickled record count (it names collections.OrderedDict, "
+                                              "which a record count does not hold)"),
+])
+def test_the_length_entry_holds_an_int_and_nothing_else(value, message):
+    raw = pickle.dumps(value, protocol=-1)
+    if message is None:
+        assert records.loads_length(raw, "f key 'length'") == value
+    else:
+        with pytest.raises(KitError) as e:
+            records.loads_length(raw, "f key 'length'")
+        assert str(e.value) == f"f key 'length': {message}"
+    with pytest.raises(KitError, match="^f key 'length': not a pickled record count"):
+        records.loads_length(raw[:-1], "f key 'length'")
+
+
+def test_keys_are_located_with_pread_where_lmdb_finds_them(tmp_path):
+    """value_extent (the check before LMDB reads a key) walks a B-tree of branch and leaf
+    pages to the value LMDB returns, inline or on overflow pages, and finds no absent key."""
+    import os
+
+    import lmdb
+    rng = np.random.default_rng(4)
+    values = [rng.bytes(int(rng.choice([3, 60, 1500, 9000]))) for _ in range(700)]
+    path = tmp_path / "data.0000.lmdb"
+    records.write_lmdb(path, values)
+    f = records.LmdbFile(path)
+    try:
+        opened = f._open()
+        assert f.env().stat()["depth"] >= 2 and f.env().stat()["overflow_pages"] > 0
+        for i, want in enumerate(values):
+            offset, length = records.value_extent(path, opened.fd, opened.size, opened.meta, str(i).encode())
+            assert os.pread(opened.fd, length, offset) == want == f.raw(i)
+        for absent in (b"", b"700", b"-1", b"lengths", b"69 ", b"\xff"):
+            assert records.value_extent(path, opened.fd, opened.size, opened.meta, absent) is None
+        assert f.length() == 700
+    finally:
+        f.close()
+    env = lmdb.open(str(path), subdir=False, readonly=True, lock=False)
+    with env.begin() as txn:
+        assert txn.get(b"700") is None and txn.get(b"699") == values[699]
+    env.close()

@@ -316,7 +316,8 @@ def loads_length(raw: bytes, where: str) -> int:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0]
         raise KitError(f"{where}: not a pickled record count ({first})") from None
     if type(n) is not int or n < 0:
-        raise KitError(f"{where}: does not hold a record count (it holds a {type(n).__name__})")
+        shown = repr(n) if isinstance(n, (int, float, str, bytes)) and len(repr(n)) <= 40 else f"a {type(n).__name__}"
+        raise KitError(f"{where}: does not hold a record count (it holds {shown})")
     return n
 
 
