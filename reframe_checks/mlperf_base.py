@@ -311,6 +311,18 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
     def record_stack(self):
         self.stack = recorded_stack(os.path.join(self.stagedir, 'out', 'summary.json'))
 
+    @run_before('performance')
+    def measured_where_measurable(self):
+        # figures only some runs have: the GPU's busy share on CUDA, the energy where NVML or
+        # RAPL is readable; a run without one has no such variable (absent, not 0)
+        usage = sn.evaluate(self.summary).get('usage') or {}
+        for name, key, unit, scale in (('gpu_busy', 'gpu_busy_share', '%', 100), ('gpu_energy', 'gpu_energy_j', 'kJ', 1e-3),
+                                       ('gpu_power', 'gpu_power_w', 'W', 1), ('cpu_energy', 'cpu_energy_j', 'kJ', 1e-3),
+                                       ('cpu_power', 'cpu_power_w', 'W', 1)):
+            if usage.get(key) is not None:
+                self.perf_variables[name] = sn.make_performance_function(
+                    lambda value=usage[key] * scale: value, unit)
+
     def references_path(self):
         from reframe.core.runtime import runtime
         prefix = runtime().get_option('general/0/reference_prefix') or self.prefix
@@ -363,6 +375,13 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
         # of the time the ranks' threads wanted a CPU while training, the share they waited:
         # near 0 on a node the run has to itself (hpckit/common/usage.py)
         return 100 * (self.summary['usage']['cpu_wait_share'] or 0)
+
+    @performance_function('%')
+    def input_wait(self):
+        # of the training epochs' time, the share the training loop waited for its next batch
+        # (less a GPU holding its buffers: hpckit/common/usage.py LoopClock); a site may bound
+        # it in its references (docs/data-path.md)
+        return 100 * (self.summary['usage']['input_wait_share'] or 0)
 
     @performance_function('MB')
     def epoch_read(self):

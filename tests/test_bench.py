@@ -298,6 +298,34 @@ def test_gpu_check_dry_runs_every_part():
     assert re.search(r"mini +deepcam deterministic twice: same curve +PASS", text), text
     assert re.search(r"reframe +CosmoFlowCheck %framework=pytorch +DRY", text), text
     assert re.search(r"reframe +DeepCAMCheck %framework=pytorch +DRY", text), text
+    # the whole path from files: sustained rate, first epoch, the loop's input wait (no GPU: no busy share)
+    for case in ("cosmoflow fp32 b1", "deepcam fp32 b2"):
+        assert re.search(rf"e2e +{case} from files +ok +{NUMBER} samples/s sustained \(median of epochs 2-4\), "
+                         rf"{NUMBER} with evaluation, first epoch {NUMBER} s, whole run {NUMBER}; input wait {NUMBER}, "
+                         r"GPU busy n/a", text), text
+
+
+def test_gpu_check_keeps_what_it_did_not_make(tmp_path):
+    """--workdir DIR: the check works in a new directory inside DIR and removes only that;
+    --out DIR that already holds a table: one line, exit 2, before any work; the table it
+    writes is new files (issue 41)."""
+    work = tmp_path / "mine"
+    work.mkdir()
+    (work / "keep.txt").write_text("the user's")
+    out = tmp_path / "out"
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--dry", "--parts", "step",
+                           "--workdir", str(work), "--out", str(out)], capture_output=True, text=True, timeout=600,
+                          cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt"] and (work / "keep.txt").read_text() == "the user's"
+    table = (out / "gpu_check.txt").read_text()
+    assert "| step | deepcam kit fp32 b1" in table
+    for args in (["--out", str(out)], ["--out", str(work / "keep.txt")], ["--workdir", str(work / "keep.txt")]):
+        proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--dry", "--parts", "step", *args],
+                              capture_output=True, text=True, timeout=60, cwd=REPO)
+        assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and args[1] in proc.stderr, proc.stderr
+        assert not proc.stdout, proc.stdout
+    assert (out / "gpu_check.txt").read_text() == table
 
 
 @pytest.mark.parametrize("args,named", [(["--epochs", "1"], "--epochs '1'"), (["--epochs", "a"], "--epochs 'a'"),

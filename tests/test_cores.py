@@ -70,6 +70,36 @@ def test_ranks_sharing_a_gpu_node(local_rank, local_size, cpus, accelerator, wor
     assert p.as_log()["loader_workers"] == expect[2]
 
 
+@pytest.mark.parametrize("cpus,accelerator,ranks,expect", [
+    (16, True, 1, (2, 14)),     # the lent H100 node: the readers get every core but the loop's two
+    (112, True, 8, (2, 12)),    # an eos-like node, 14 CPUs a rank
+    (3, True, 1, (2, 1)),
+    (16, False, 1, (16, 4)),    # CPUs: CPU_AUTO_WORKERS
+    (2, False, 1, (2, 1)),      # ... within half the rank's CPUs
+])
+def test_auto_loader_workers_take_what_the_training_process_does_not(cpus, accelerator, ranks, expect):
+    """data.loader_workers: auto (the reference configs) sizes the loader to the rank's cores:
+    with an accelerator every CPU but cores.MAIN_PROCESS_CPUS, on CPUs min(CPU_AUTO_WORKERS,
+    half); a count still wins."""
+    p = cores.plan(ranks - 1, ranks, None, "auto", accelerator=accelerator, affinity=set(range(cpus)),
+                   allocation=set(range(cpus)))
+    assert (p.threads, p.loader_workers) == expect
+    assert cores.plan(0, 1, None, 3, accelerator=True, affinity=set(range(16)),
+                      allocation=set(range(16))).loader_workers == 3
+
+
+def test_loader_workers_auto_or_a_count_in_configs():
+    from hpckit.common.config import load_config
+    from hpckit.common.errors import KitError
+    for bench in ("cosmoflow", "deepcam", "oc20"):
+        assert load_config(bench, "reference")["data"]["loader_workers"] == "auto"
+        assert load_config(bench, "reference", ["data.loader_workers=6"])["data"]["loader_workers"] == 6
+        assert load_config(bench, "mini", ["data.loader_workers=auto"])["data"]["loader_workers"] == "auto"
+        for bad in ("two", "-1", "true", "1.5", "[1]"):
+            with pytest.raises(KitError, match="data.loader_workers.*auto or a count"):
+                load_config(bench, "mini", [f"data.loader_workers={bad}"])
+
+
 def test_threads_option_wins():
     p = cores.plan(1, 4, 3, 0, affinity=ALL, allocation=ALL)
     assert (p.threads, p.binding, len(p.cpus)) == (3, "--threads", 128)

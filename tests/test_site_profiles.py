@@ -291,7 +291,8 @@ def test_references(target):
                     assert framework in {"tensorflow", "pytorch"}
                     for var, ref in variables.items():
                         assert var in {"time_to_train", "staging_time", "train_throughput",
-                                       "eval_throughput", "epochs", "peak_memory", "epoch_read"}
+                                       "eval_throughput", "epochs", "peak_memory", "epoch_read",
+                                       "input_wait", "gpu_busy"}
                         assert len(ref) == 4 and isinstance(ref[0], (int, float)), ref
 
 

@@ -50,7 +50,16 @@ def _merge(base: dict, override: dict, source: str, prefix: str = "") -> None:
         base[key] = _coerce(base[key], value, dotted, source)
 
 
+# keys that take `auto` or a count (whichever the base has): the loader's workers, sized by
+# the core plan when auto (common/cores.py plan)
+AUTO_OR_COUNT = ("data.loader_workers",)
+
+
 def _coerce(old: Any, new: Any, dotted: str, source: str) -> Any:
+    if dotted in AUTO_OR_COUNT:
+        if new == "auto" or (isinstance(new, int) and not isinstance(new, bool) and new >= 0):
+            return new
+        raise KitError(f"config key '{dotted}' in {source}: expected auto or a count >= 0, got {new!r}")
     if isinstance(old, dict):
         if not isinstance(new, dict):
             raise KitError(f"config key '{dotted}' in {source}: expected a mapping, got {new!r}")
@@ -154,6 +163,12 @@ def flatten(config: dict, prefix: str = "") -> dict:
         else:
             flat[dotted] = value
     return flat
+
+
+def check_auto_or_count(value, key: str) -> None:
+    """A key of AUTO_OR_COUNT as a config file or the built-in config gives it."""
+    require(value == "auto" or (isinstance(value, int) and not isinstance(value, bool) and value >= 0), key,
+            f"must be auto or a count >= 0 (got {value!r})")
 
 
 def require(cond: bool, key: str, message: str) -> None:

@@ -26,7 +26,11 @@ How many may run, and who gets the cores, depends on where the step runs:
   threads, common/feed.py) may take every CPU but the MAIN_PROCESS_CPUS the training loop
   keeps (bench/feed_rate.py measures the path's CPU per sample), and the intra-op threads
   take the CPUs the workers leave.
-The config's `data.loader_workers` is cut down to that cap, logged.
+The config's `data.loader_workers` is cut down to that cap, logged. `auto` (the reference
+configs' value) is the cap itself with an accelerator: the readers get every core the
+training process does not keep (on an H100 node bench/feed_diag.py measured the DeepCAM
+loader alone at 44 samples/s with 1 reader and 354 with 14: the GPU's step takes 82); on the
+CPU it is min(CPU_AUTO_WORKERS, cap).
 What was decided is logged in the MLPerf log (`hpckit_config.cores`) and summary.json.
 """
 
@@ -282,8 +286,13 @@ def allocation_cpus() -> set[int]:
 # bench/feed_rate.py measured at 7 ms per 16 MB CosmoFlow sample (bench/README.md "feed_rate.py").
 MAIN_PROCESS_CPUS = 2
 
+# data.loader_workers `auto` on the CPU: the shipped reference configs' count before `auto`
+# (DeepCAM's and CosmoFlow's); a CPU step takes seconds per sample, a worker milliseconds
+# (bench/README.md "loader_rates.py"), so more workers only hold more memory
+CPU_AUTO_WORKERS = 4
 
-def plan(local_rank: int, local_size: int, requested_threads: int | None, loader_workers: int,
+
+def plan(local_rank: int, local_size: int, requested_threads: int | None, loader_workers: int | str,
          accelerator: bool = False, affinity: set[int] | None = None,
          allocation: set[int] | None = None) -> CorePlan:
     """Decide this rank's CPUs, threads and loader workers (see the module docstring).
@@ -302,6 +311,8 @@ def plan(local_rank: int, local_size: int, requested_threads: int | None, loader
     else:
         binding = "launcher" if len(affinity) < len(allocation | affinity) else "node share"
     cap = max(1, len(cpus) - MAIN_PROCESS_CPUS) if accelerator else max(1, len(cpus) // 2)
+    if loader_workers == "auto":
+        loader_workers = cap if accelerator else min(CPU_AUTO_WORKERS, cap)
     workers = min(loader_workers, cap)
     threads = requested_threads or (max(1, len(cpus) - workers) if accelerator else len(cpus))
     return CorePlan(threads=threads, cpus=tuple(cpus), binding=binding, loader_workers=workers,

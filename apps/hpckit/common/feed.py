@@ -17,14 +17,44 @@ ahead. When the consumer asks for batch k + 1 it is done with batch k's host mem
 for the asynchronous copies it queued from it: an event recorded on the current CUDA stream
 at that moment marks them, and the readers that refill the buffer wait for it first. A read
 that fails raises its KitError (naming the file) when its batch is asked for.
+
+Waiting for the GPU is not waiting for data: with the step running ahead of the host only
+as far as the ring allows, a consumer that asks for its next batch while the readers are
+still waiting for the device to release that batch's buffer is held by the GPU (the run is
+GPU-bound), not starved. `held_seconds()` counts that part of the consumer's waits (the
+time until the last of the batch's reads got its buffer back), so that the training loop's
+input wait (MLPerfRun.limited) leaves it out.
 """
 
 from __future__ import annotations
 
 import math
+import threading
+import time
 from collections import deque
 from concurrent.futures import ThreadPoolExecutor
 from typing import Callable, Sequence
+
+
+class _Held:
+    """Seconds consumers of this process waited for the device to release a buffer."""
+
+    def __init__(self):
+        self.seconds = 0.0
+        self._lock = threading.Lock()
+
+    def add(self, seconds: float) -> None:
+        with self._lock:
+            self.seconds += seconds
+
+
+_HELD = _Held()
+
+
+def held_seconds() -> float:
+    """The time, so far in this process, that training loops waiting for a batch were held
+    by the device (its buffer not yet released), not by the readers."""
+    return _HELD.seconds
 
 
 class PinnedBatches:
@@ -59,13 +89,17 @@ class PinnedBatches:
             self._pool = ThreadPoolExecutor(self.threads, thread_name_prefix="hpckit-reader")
         return self._slots
 
-    def _read(self, index: int, slot: int, row: int, released) -> None:
+    def _read(self, index: int, slot: int, row: int, released, holds: list) -> None:
         if released is not None:
+            t0 = time.perf_counter()
             released.synchronize()   # the copies queued from this buffer have finished
+            t1 = time.perf_counter()
+            if t1 - t0 > 1e-4:
+                holds[row] = t1   # the buffer came back only now: the reads waited for the device
         self.read_into(index, [t[row].numpy() for t in self._slots[slot]])
 
     def __iter__(self):
-        for _, _, futures in self._queued:   # an earlier pass left early (train.max_steps): its reads end first
+        for _, _, futures, _ in self._queued:   # an earlier pass left early (train.max_steps): its reads end first
             for f in futures:
                 f.exception()
         slots = self._buffers()
@@ -78,15 +112,20 @@ class PinnedBatches:
 
         def submit(k: int) -> None:
             s = k % self.depth
-            queued.append((s, len(batches[k]), [self._pool.submit(self._read, index, s, row, self._released[s])
-                                                 for row, index in enumerate(batches[k])]))
+            holds = [0.0] * len(batches[k])
+            queued.append((s, len(batches[k]), [self._pool.submit(self._read, index, s, row, self._released[s], holds)
+                                                 for row, index in enumerate(batches[k])], holds))
 
         for k in range(min(self.depth - 1, len(batches))):
             submit(k)
         for k in range(len(batches)):
-            s, n, futures = queued.popleft()
+            s, n, futures, holds = queued.popleft()
+            asked = time.perf_counter()
             for f in futures:
                 f.result()   # raises the reader's KitError
+            got = time.perf_counter()
+            if max(holds) > asked:   # part of this wait was the device holding the buffer
+                _HELD.add(min(max(holds), got) - asked)
             yield self.make([t[:n] for t in slots[s]])
             # the consumer asked for the next batch: batch k's host memory is free once the
             # copies it queued from it are done

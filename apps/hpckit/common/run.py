@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from hpckit.common import cores, determinism, memory, precision, provenance, staging, usage
+from hpckit.common import cores, determinism, energy, feed, memory, precision, provenance, staging, usage
 from hpckit.common.config import flatten
 from hpckit.common import dist
 from hpckit.common.dist import Ranks
@@ -377,7 +377,14 @@ class MLPerfRun:
                            "train_read_bytes": 0, "eval_read_bytes": 0, "io_epochs": 0,
                            "sync_bytes": 0.0, "sync_batches": 0, "sync_busy_s": 0.0, "sync_train_s": 0.0,
                            "peak_rss_bytes_per_rank": None, "peak_worker_rss_bytes_per_rank": None,
-                           "peak_gpu_bytes_per_rank": None, "cpu_ran_ns": 0.0, "cpu_waited_ns": 0.0}
+                           "peak_gpu_bytes_per_rank": None, "cpu_ran_ns": 0.0, "cpu_waited_ns": 0.0,
+                           "input_waited_s": 0.0, "loop_train_s": 0.0, "gpu_busy_s": None,
+                           "gpu_energy_j": None, "cpu_energy_j": None, "energy_s": 0.0}
+        # the training loop's input wait and GPU busy time (usage.LoopClock, driven by
+        # limited()), and the energy counters where readable (common/energy.py)
+        self.clock = usage.LoopClock(launched.device)
+        self.gpu_energy = energy.GpuEnergy(launched.device)
+        self.cpu_energy = energy.CpuEnergy(self.ranks.local_rank == 0)
         # the stack and machine this run is made with, recorded now (common/provenance.py)
         self.provenance = provenance.collect(framework) if self.ranks.rank == 0 else None
 
@@ -571,12 +578,25 @@ class MLPerfRun:
 
     def limited(self, batches):
         """The training batches of one epoch, cut where train.max_steps is reached (every
-        rank takes the same number of steps, so all stop together)."""
-        for batch in batches:
-            if self.max_steps is not None and self.steps_done >= self.max_steps:
-                return
-            self.steps_done += 1
-            yield batch
+        rank takes the same number of steps, so all stop together), timed by the run's
+        LoopClock: the wait for each batch (less what the device held: feed.held_seconds),
+        and on CUDA each step's span on the GPU."""
+        it = iter(batches)
+        clock = self.clock
+        try:
+            while self.max_steps is None or self.steps_done < self.max_steps:
+                t0, held0 = time.perf_counter(), feed.held_seconds()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                clock.waited(time.perf_counter() - t0, feed.held_seconds() - held0)
+                self.steps_done += 1
+                clock.step_begins()
+                yield batch
+                clock.step_ends()
+        finally:
+            clock.step_ends()
 
     def _log_metric(self, epoch: int, metric: float, extra: list[tuple[str, float]] = ()) -> None:
         self.log.event(self.quality.metric, float(metric), metadata={"epoch_num": epoch})
@@ -595,12 +615,15 @@ class MLPerfRun:
             self.log.start(C.EPOCH_START, metadata={"epoch_num": epoch})
             io_start, sync_start, steps_start = usage.io_counters(), self._grad_sync(), self.steps_done
             cpu_start = usage.cpu_counters()
+            energy_start = (self.gpu_energy.read(), self.cpu_energy.read(), time.perf_counter())
+            self.clock.take()   # nothing before this epoch's first batch counts
             try:
                 samples, seconds = train_epoch(epoch)
             except Diverged as e:
                 self.epochs_done, self.status, self.stop_reason = epoch, "aborted", str(e)
                 self._run_stop("aborted", reason=str(e))
                 return False
+            loop = self.clock.take()
             io_trained, cpu_trained = usage.io_counters(), usage.cpu_counters()
             self.train_samples += samples
             self.train_seconds += seconds
@@ -621,8 +644,11 @@ class MLPerfRun:
                 self._log_metric(epoch, metric, extra)
             self.epochs_done, self.last_metric = epoch, float(metric)
             sync = {k: (v - (sync_start[k] or 0)) if v is not None else None for k, v in self._grad_sync().items()}
+            energy_end = (self.gpu_energy.read(), self.cpu_energy.read(), time.perf_counter())
+            used = [None if a is None or b is None else max(b - a, 0.0) for a, b in zip(energy_start, energy_end)]
             self._count_epoch(epoch, usage.io_delta(io_start, io_trained), usage.io_delta(io_trained, io_evaluated),
-                              seconds, sync, self.steps_done - steps_start, usage.cpu_delta(cpu_start, cpu_trained))
+                              seconds, sync, self.steps_done - steps_start, usage.cpu_delta(cpu_start, cpu_trained),
+                              loop, used)
             if self.quality.reached(metric):
                 self.status = "success"
                 self._run_stop("success")
@@ -645,18 +671,26 @@ class MLPerfRun:
         return sync.read() if sync is not None else {"bytes": None, "busy_s": None}
 
     def _count_epoch(self, epoch: int, train_io: dict | None, eval_io: dict | None, train_s: float,
-                     sync: dict, batches: int, train_cpu: dict | None) -> None:
+                     sync: dict, batches: int, train_cpu: dict | None, loop: tuple = (0.0, None),
+                     used: list = (None, None, None)) -> None:
         """One collective per epoch, on every rank: the bytes all ranks read while training
         and evaluating, the gradient all-reduces' bytes and time in flight summed over ranks,
-        the time the ranks' threads ran and waited for a CPU while training, and each rank's
-        peak memory so far (rank r's slots of the vector)."""
+        the time the ranks' threads ran and waited for a CPU while training, the training
+        loops' input wait and GPU busy time (`loop`: LoopClock.take), the energy the ranks'
+        GPUs and the nodes' CPU packages used over the epoch and its wall time (`used`; a
+        counter not read: absent, and its count says how many ranks did read it), and each
+        rank's peak memory so far (rank r's slots of the vector)."""
         n = self.ranks.size
         peak = self.peaks.sample()
         counted = sync["bytes"] is not None   # the same communicator on every rank
+        waited, busy = loop
+        gpu_j, cpu_j, wall = used
         vec = [float((train_io or {}).get("rchar", 0)), float((eval_io or {}).get("rchar", 0)),
                float(sync["bytes"] or 0), float(sync["busy_s"] or 0), float(train_s),
-               float((train_cpu or {}).get("ran_ns", 0)), float((train_cpu or {}).get("waited_ns", 0))] + [0.0] * (3 * n)
-        head = 7
+               float((train_cpu or {}).get("ran_ns", 0)), float((train_cpu or {}).get("waited_ns", 0)),
+               float(waited), float(busy or 0.0), float(busy is not None), float(gpu_j or 0.0), float(gpu_j is not None),
+               float(cpu_j or 0.0), float(cpu_j is not None), float(wall or 0.0)] + [0.0] * (3 * n)
+        head = 15
         for i, key in enumerate(("main_bytes", "workers_bytes", "gpu_bytes")):
             vec[head + i * n + self.ranks.rank] = float(peak[key] or 0)
         total = self.comm.allreduce_sum(vec)
@@ -666,6 +700,17 @@ class MLPerfRun:
         self.used["io_epochs"] += 1
         self.used["cpu_ran_ns"] += total[5]
         self.used["cpu_waited_ns"] += total[6]
+        self.used["input_waited_s"] += total[7]
+        self.used["loop_train_s"] += total[4]
+        input_wait = total[7] / total[4] if total[4] > 0 else None
+        gpu_busy = total[8] / total[4] if total[9] == n and total[4] > 0 else None   # every rank on CUDA
+        if total[9] == n:
+            self.used["gpu_busy_s"] = (self.used["gpu_busy_s"] or 0.0) + total[8]
+        self.used["energy_s"] += total[14] / n
+        if total[11] == n:   # every rank's GPU read
+            self.used["gpu_energy_j"] = (self.used["gpu_energy_j"] or 0.0) + total[10]
+        if total[13] == self.ranks.nodes:   # one reader per node, every node read
+            self.used["cpu_energy_j"] = (self.used["cpu_energy_j"] or 0.0) + total[12]
         if counted:   # means over the ranks
             self.used["sync_bytes"] += total[2] / n
             self.used["sync_batches"] += batches
@@ -679,7 +724,10 @@ class MLPerfRun:
                                          "train_read_MBps": usage.mb_per_s(train_b, train_s),
                                          "grad_allreduce_share": total[3] / total[4]
                                          if counted and total[4] > 0 else None,
-                                         "cpu_wait_share": usage.wait_share(total[5], total[6])},
+                                         "cpu_wait_share": usage.wait_share(total[5], total[6]),
+                                         "input_wait_share": input_wait, "gpu_busy_share": gpu_busy,
+                                         "gpu_energy_j": total[10] if total[11] == n else None,
+                                         "cpu_energy_j": total[12] if total[13] == self.ranks.nodes else None},
                        metadata={"epoch_num": epoch})
 
     def usage_record(self) -> dict:
@@ -701,6 +749,15 @@ class MLPerfRun:
             "grad_allreduce_share": u["sync_busy_s"] / u["sync_train_s"] if u["sync_train_s"] else None,
             "train_flops_per_sample": self.flops_per_sample,
             "cpu_wait_share": usage.wait_share(u["cpu_ran_ns"], u["cpu_waited_ns"]),
+            "input_wait_share": u["input_waited_s"] / u["loop_train_s"] if u["loop_train_s"] > 0 else None,
+            "gpu_busy_share": (u["gpu_busy_s"] / u["loop_train_s"]
+                               if u["gpu_busy_s"] is not None and u["loop_train_s"] > 0 else None),
+            "gpu_energy_j": u["gpu_energy_j"],
+            "gpu_power_w": u["gpu_energy_j"] / u["energy_s"] if u["gpu_energy_j"] is not None and u["energy_s"] else None,
+            "cpu_energy_j": u["cpu_energy_j"],
+            "cpu_power_w": u["cpu_energy_j"] / u["energy_s"] if u["cpu_energy_j"] is not None and u["energy_s"] else None,
+            "energy_not_read": {k: v for k, v in (("gpu", self.gpu_energy.why), ("cpu", self.cpu_energy.why))
+                                if v and u[f"{k}_energy_j"] is None} or None,
             "train_flops_per_s_per_rank": (self.flops_per_sample * self.train_samples / self.train_seconds
                                            / self.ranks.size) if self.flops_per_sample and self.train_seconds else None,
             "measured": "rchar of /proc/<pid>/io over each rank and its loader workers, summed over ranks; "
@@ -711,7 +768,14 @@ class MLPerfRun:
                         "forward + backward FLOPs per sample (counted on meta tensors, common/flops.py) x the "
                         "training samples per second, per rank; CPU wait: the share of the ranks' and their "
                         "workers' thread time spent waiting in a run queue while training (schedstat run_delay "
-                        "against run time, all ranks)",
+                        "against run time, all ranks); input wait: the share of the training epochs' time the "
+                        "loops were blocked asking for their next batch (less the device holding a buffer: a "
+                        "GPU-bound loop), all ranks; GPU busy: CUDA events around every training step on the "
+                        "loop's stream against the epochs' time, all ranks (none off CUDA); energy over the "
+                        "epochs, training and evaluation: NVML's total energy counter of each rank's GPU, summed, "
+                        "and RAPL's package counters of each node (powercap, read by local rank 0), summed; "
+                        "power: energy over the epochs' wall time; absent where not readable (energy_not_read "
+                        "says why)",
         }
 
     def _run_stop(self, status: str, reason: str | None = None) -> None:

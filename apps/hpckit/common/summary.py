@@ -43,7 +43,8 @@ def write_summary(path: Path, summary: dict) -> None:
 # the usage block's figures the results commands read (hpckit analyze, the report)
 USAGE_FIGURES = ("peak_rss_bytes_max", "staging_read_MBps", "train_read_bytes_per_epoch", "train_read_MBps",
                  "grad_allreduce_bytes_per_batch", "grad_allreduce_share", "train_flops_per_sample",
-                 "train_flops_per_s_per_rank", "cpu_wait_share")
+                 "train_flops_per_s_per_rank", "cpu_wait_share", "input_wait_share", "gpu_busy_share",
+                 "gpu_energy_j", "gpu_power_w", "cpu_energy_j", "cpu_power_w")
 
 
 def _spec() -> dict:

@@ -153,3 +153,54 @@ def mb_per_s(nbytes: float | None, seconds: float | None) -> float | None:
     if nbytes is None or not seconds or seconds <= 0:
         return None
     return nbytes / seconds / 1e6
+
+
+class LoopClock:
+    """The training loop's own clock (MLPerfRun.limited drives it around every batch):
+
+    - input wait: the time the loop was blocked asking for its next batch, less the part a
+      GPU loader spent waiting for the device to hand a buffer back (common/feed.py
+      held_seconds: that loop is GPU-bound, not starved). On the CPU paths every second the
+      loop waits for the loader counts.
+    - on CUDA, the GPU's busy time: a CUDA event recorded on the loop's stream when a batch
+      is handed out and another when the next one is asked for (after the step on it was
+      queued), summed over the epoch: the time the GPU spent on the steps, gaps between
+      steps (data not there, the host late) left out. Against the epoch's wall time it is
+      the GPU's busy share: 1 when the loop keeps the GPU fed.
+    Read once per epoch (`take`), after the epoch's end has synchronised with the device."""
+
+    def __init__(self, device=None):
+        self.cuda = getattr(device, "type", None) == "cuda"
+        self.waited_s = 0.0
+        self._spans: list = []
+        self._open = None
+
+    def waited(self, seconds: float, held: float = 0.0) -> None:
+        self.waited_s += max(seconds - held, 0.0)
+
+    def step_begins(self) -> None:
+        if self.cuda:
+            import torch
+            self._open = torch.cuda.Event(enable_timing=True)
+            self._open.record()
+
+    def step_ends(self) -> None:
+        if self._open is not None:
+            import torch
+            end = torch.cuda.Event(enable_timing=True)
+            end.record()
+            self._spans.append((self._open, end))
+            self._open = None
+
+    def take(self) -> tuple[float, float | None]:
+        """(seconds waited for input, seconds the GPU was busy or None off CUDA) since the last
+        take; the events of the epoch are synchronised and dropped."""
+        busy = None
+        if self.cuda:
+            self.step_ends()
+            busy = 0.0
+            if self._spans:
+                self._spans[-1][1].synchronize()
+                busy = sum(a.elapsed_time(b) for a, b in self._spans) / 1e3
+        waited, self.waited_s, self._spans = self.waited_s, 0.0, []
+        return waited, busy

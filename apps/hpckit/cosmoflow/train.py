@@ -13,7 +13,7 @@ import time
 from pathlib import Path
 
 from hpckit.common import cores, dist, precision
-from hpckit.common.config import load_config, require
+from hpckit.common.config import check_auto_or_count, load_config, require
 from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
 from hpckit.common.mllog import HPC, C
 from hpckit.common.native_log import divert_native_stderr
@@ -30,7 +30,7 @@ def validate_config(cfg: dict) -> None:
     d, lr, t = cfg["data"], cfg["lr_schedule"], cfg["train"]
     for key in ("sample_size", "n_train", "n_valid", "batch_size", "prefetch"):
         require(d[key] >= 1, f"data.{key}", f"must be >= 1 (got {d[key]})")
-    require(d["loader_workers"] >= 0, "data.loader_workers", "must be >= 0")
+    check_auto_or_count(d["loader_workers"], "data.loader_workers")
     require(isinstance(d["stage_decode"], bool), "data.stage_decode", f"must be true or false (got {d['stage_decode']!r})")
     require(cfg["optimizer"]["name"].lower() == "sgd", "optimizer.name", "CosmoFlow closed division uses sgd")
     require(0.0 <= cfg["optimizer"]["momentum"] < 1.0, "optimizer.momentum", "must be in [0, 1)")

@@ -13,7 +13,7 @@ import torch
 
 from hpckit.common import step
 from hpckit.deepcam import optim
-from hpckit.common.config import load_pytorch_config, require
+from hpckit.common.config import check_auto_or_count, load_pytorch_config, require
 from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
 from hpckit.common.mllog import C
 from hpckit.common.run import (LogStyle, MLPerfRun, Quality, claim_output_dir, diagnosed, equal_train_split,
@@ -27,7 +27,7 @@ def validate_config(cfg: dict) -> None:
     d, t = cfg["data"], cfg["train"]
     for key in ("n_train", "n_valid", "batch_size", "prefetch", "n_channels"):
         require(isinstance(d[key], int) and d[key] >= 1, f"data.{key}", f"must be an integer >= 1 (got {d[key]!r})")
-    require(d["loader_workers"] >= 0, "data.loader_workers", "must be >= 0")
+    check_auto_or_count(d["loader_workers"], "data.loader_workers")
     require(t["n_epochs"] >= 1, "train.n_epochs", "must be >= 1")
     require(0.0 < t["target_iou"] <= 1.0, "train.target_iou", f"must be in (0, 1] (got {t['target_iou']})")
     require(t["gradient_accumulation_frequency"] >= 1, "train.gradient_accumulation_frequency", "must be >= 1")

@@ -29,7 +29,7 @@ import time
 import torch
 
 from hpckit.common import precision
-from hpckit.common.config import load_pytorch_config, require
+from hpckit.common.config import check_auto_or_count, load_pytorch_config, require
 from hpckit.common.errors import EXIT_NOT_CONVERGED
 from hpckit.common.mllog import C
 from hpckit.common.run import (LogStyle, MLPerfRun, Quality, StageAs, check_finite, claim_output_dir, diagnosed,
@@ -48,7 +48,7 @@ def validate_config(cfg: dict) -> None:
     for key in ("n_train", "n_valid", "batch_size", "eval_batch_size", "prefetch"):
         require(isinstance(d[key], int) and not isinstance(d[key], bool) and d[key] >= 1, f"data.{key}",
                 f"must be an integer >= 1 (got {d[key]!r})")
-    require(isinstance(d["loader_workers"], int) and d["loader_workers"] >= 0, "data.loader_workers", "must be >= 0")
+    check_auto_or_count(d["loader_workers"], "data.loader_workers")
     for key in ("target_std", "grad_target_std"):
         require(isinstance(d[key], (int, float)) and d[key] > 0, f"data.{key}", f"must be > 0 (got {d[key]!r})")
     require(t["n_epochs"] >= 1, "train.n_epochs", "must be >= 1")
