@@ -1,60 +1,53 @@
 #!/usr/bin/env python3
-"""Does the kit's data path keep a GPU busy? Sustained samples/s of the whole path from files
-against a consumer at a GPU's rate, per number of loader workers, the CPU it costs per sample
-(measured), and from it the cores one H100 needs for each benchmark and on-disk format.
+"""Does `hpckit train`'s data path keep up with its step? The whole path measured, per number
+of readers, beside the loader alone: no per-core extrapolation.
 
-    .venv/bin/python bench/feed_rate.py                      # this machine: workers 1,2
-    .venv/bin/python bench/feed_rate.py --quick              # the lent GPU machine, < 2 minutes
-    .venv/bin/python bench/feed_rate.py --step-rate cosmoflow=144 --step-rate deepcam=15.7
+    .venv/bin/python bench/feed_rate.py                          # this machine: readers 1,2
+    python3 bench/feed_rate.py --readers 1,2,4,8,14 --seconds 3  # a GPU node
+    .venv/bin/python bench/feed_rate.py --rate 0                 # a consumer that never waits
 
-The path is the one `hpckit train` runs on a GPU, built from the kit's own code: full-size
-synthetic samples written by hpckit's datagen (CosmoFlow 128^3 x 4 int16 as GZIP TFRecords,
-DeepCAM 768 x 1152 x 16 HDF5; a few distinct samples, hard-linked to N names), staged into a
-stage directory as `hpckit train --stage-dir` stages them (staging.copy_files: copies;
-cosmoflow data.decode_into: data.stage_decode), read by the kit's torch_loader for a CUDA
-device (raw int16 counts / fields as read), in one of two feeds:
-  threads    the kit's GPU path (common/feed.py): `data.loader_workers` reader threads of the
-             training process write each sample straight into a ring of pinned batch buffers
-  processes  DataLoader worker processes collating into shared memory, and its pin-memory
-             thread copying each batch into pinned memory
-  today      (--today) as before issue 32: processes shipping float32 transformed on the CPU
-and copied to the device by data.to_device. With CUDA all of it is real (pinned memory, a
-non_blocking .to('cuda'), the device-side transform). Without, pinned memory is stood in for
-by page-locked (mlock) buffers: the threads' batch buffers themselves, and for the processes
-a copy of each batch into a page-locked buffer of its size, in a thread of the main process
-as DataLoader's pin-memory thread; the copy to the device is a DMA that costs the host no CPU.
-The consumer stands in for the GPU step (GpuClock): a step of batch / rate seconds starts
-once its batch is there and the last step ended, so the sustained rate is min(rate, what the
-path delivers). Page cache warm (the staged copies were just written), as a node-local
-stage dir on NVMe reads. One long epoch per figure (after a warm-up epoch over the files),
-drawn from the files again and again, so the pipeline does not drain every few dozen samples.
+For each on-disk format the kit reads, on full-size samples written by hpckit's datagen (a
+few distinct ones hard-linked to many names; page cache warm, as a node-local stage dir):
 
-Per format, feed and worker count W the table gives: sustained samples/s; the share of the
-time the GPU waited for data; CPU ms per sample of the loader worker processes and of the
-main process (all its threads: readers, pin thread, receiving batches; not the training
-loop's kernel launches, which `make gpu-check` measures on the GPU), and of its busiest
-thread, from /proc; per core = samples per CPU second of the whole path. The summary: cores
-one GPU needs at a rate R = R x CPU seconds per sample (the largest measured over the worker
-counts), and the rate allowed by the busiest thread through which every batch passes (one
-thread runs on one core at most: DataLoader's pin thread, or the loop; not a reader), at
-NVIDIA's v3.0 eos H100 rates (206 CosmoFlow samples/s at local batch 1, 30 DeepCAM at 1, 82
-at 8: hpc_results_v3.0, ../shared facts) and the rates of the kit's step given with
---step-rate; a format fits if both hold within the 14 cores an eos node gives each H100 (2 x
-56-core Xeon 8480C per 8 H100).
+  hdf5           DeepCAM's HDF5 files, read by the kit's GPU path (common/rawread.py)
+  gzip-tfrecord  CosmoFlow's GZIP TFRecords, inflated every epoch (the reference's staging)
+  tfrecord       the same records uncompressed
+  stage-decode   CosmoFlow decoded once at staging into npy (data.stage_decode)
+  lmdb           OpenCatalyst's LMDB records (DataLoader worker processes, as on every device)
 
-The header says the machine, CPU model and flags, load at start, torch, the device, and
-/dev/shm. Bad arguments: one line, exit 2.
+two figures per reader count W, in alternating rounds (the best of each):
+
+  loader   the loader `hpckit train` builds for an accelerator (DeepCAM and CosmoFlow: W reader
+           threads into a ring of pinned batch buffers, common/feed.py; OpenCatalyst: W
+           DataLoader workers), iterated with nothing else going on;
+  path     the training loop's own code around it: MLPerfRun's LoopClock.timed (the input
+           wait), step.prefetched (the copy to the device on a side stream), the benchmark's
+           to_device (the transform on the device) and a step that consumes `--rate`
+           samples/s: on CUDA a GPU kernel of batch / rate seconds on the training stream
+           (the host queues it and goes on, as it does a CUDA graph's replay); without CUDA
+           the device is PyTorch's `meta` device (the copies and the transform are queued to
+           nothing, as a GPU would take them off the host) and the step is a clock that runs
+           one step ahead of the host (bench/README.md). --rate 0: a step that takes no time.
+
+Per row: samples/s of each, their ratio, the path's input wait share (LoopClock) and the
+step's busy share, the CPU the path costs per sample (all threads and worker processes, user
++ system), and where the CPU went: the loop's own thread and the readers (share of each one's
+time on a CPU). Per format: where the path stops scaling with more readers, and why, read off
+those figures: the step's rate reached; the CPUs (readers + the loop outnumber them); the
+loop's thread saturated; the readers busy on a CPU each (their per-sample work, memory
+bandwidth); or the readers waiting (the GIL, I/O, the device holding the ring).
+
+The header gives the machine, its CPU flags, the load at start and the device. Bad arguments:
+one line, exit 2; a figure that fails: its row says so, exit 1.
 """
 
 from __future__ import annotations
 
 import argparse
 import copy
-import ctypes
 import gc
 import json
 import os
-import queue
 import resource
 import shutil
 import sys
@@ -64,34 +57,25 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import cpu_flags, cpu_model, machine_line  # noqa: E402
+from benchlib import REPO, cpu_flags, machine_line  # noqa: E402
 from benchlib import bad as _bad  # noqa: E402
 
-# per-H100 training samples/s of NVIDIA's v3.0 eos runs, by (benchmark, local batch)
-NVIDIA_H100 = {("cosmoflow", 1): 206.0, ("deepcam", 1): 30.0, ("deepcam", 8): 82.0}
-CORES_PER_H100 = 14
+sys.path.insert(0, str(REPO / "apps"))
+
 FORMATS = {   # name: (benchmark, what it is)
-    "gzip-tfrecord": ("cosmoflow", "GZIP TFRecords staged as copies, inflated every epoch (the reference's staging)"),
-    "stage-decode": ("cosmoflow", "GZIP TFRecords decoded once at staging into npy (data.stage_decode)"),
-    "hdf5": ("deepcam", "HDF5 staged as copies (the reference's)"),
+    "hdf5": ("deepcam", "HDF5 staged as copies (the reference's layout)"),
+    "gzip-tfrecord": ("cosmoflow", "GZIP TFRecords staged as copies, inflated every epoch (the reference's)"),
+    "tfrecord": ("cosmoflow", "the same records, uncompressed"),
+    "stage-decode": ("cosmoflow", "decoded once at staging into npy (data.stage_decode)"),
+    "lmdb": ("oc20", "OpenCatalyst's LMDB records, staged as the node's share"),
 }
+DEFAULT_BATCH = {"deepcam": 8, "cosmoflow": 1, "oc20": 8}
+# the step's samples/s on one H100 (bench/gpu_check.py, 2026-11-27: fp16; OC20 fp32 from files)
+STEP_RATE = {"deepcam": 82.7, "cosmoflow": 289.2, "oc20": 81.1}
 
 
 def bad(message: str) -> None:
     _bad("feed_rate", message)
-
-
-def parse_pairs(items: list[str], what: str) -> dict:
-    out = {}
-    for item in items:
-        key, sep, value = item.partition("=")
-        try:
-            if not sep or key not in ("cosmoflow", "deepcam") or float(value) <= 0:
-                raise ValueError
-            out[key] = float(value)
-        except ValueError:
-            bad(f"{what} {item!r}: expected cosmoflow=RATE or deepcam=RATE with RATE > 0 samples/s")
-    return out
 
 
 def int_list(text: str, what: str, low: int) -> list[int]:
@@ -104,153 +88,85 @@ def int_list(text: str, what: str, low: int) -> list[int]:
     return values
 
 
-# ---------------------------------------------------------------- CPU time from /proc
+# ---------------------------------------------------------------- CPU time
 
-TICK = os.sysconf("SC_CLK_TCK")
-
-
-def proc_cpu(pid: int) -> float:
-    """CPU seconds of a process, all its threads: the scheduler's nanoseconds on CPU
-    (/proc/PID/task/*/schedstat), else utime + stime in clock ticks; 0 once it is gone."""
-    try:
-        return sum(int((t / "schedstat").read_text().split()[0]) for t in Path(f"/proc/{pid}/task").iterdir()) / 1e9
-    except (OSError, IndexError, ValueError):
-        pass
-    try:
-        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-        return (int(fields[11]) + int(fields[12])) / TICK
-    except (OSError, IndexError, ValueError):
-        return 0.0
-
-
-def children() -> list[int]:
-    me = os.getpid()
-    out = []
-    for task in Path(f"/proc/{me}/task").iterdir():
-        try:
-            out += [int(p) for p in (task / "children").read_text().split()]
-        except OSError:
-            pass
-    return out
-
-
-def thread_cpu() -> dict:
-    """CPU seconds of each thread of this process, by thread id."""
+def thread_cpu() -> dict[int, float]:
+    """CPU seconds of each thread of this process, by thread id (schedstat)."""
     out = {}
     for task in Path("/proc/self/task").iterdir():
         try:
-            out[task.name] = int((task / "schedstat").read_text().split()[0]) / 1e9
+            out[int(task.name)] = int((task / "schedstat").read_text().split()[0]) / 1e9
         except (OSError, IndexError, ValueError):
             pass
     return out
 
 
-def self_cpu() -> float:
-    r = resource.getrusage(resource.RUSAGE_SELF)
-    return r.ru_utime + r.ru_stime
+def process_cpu() -> float:
+    """CPU seconds of this process and its live children (DataLoader workers), from /proc."""
+    from hpckit.common import usage
+    total = 0.0
+    for pid in ["self", *usage.descendants()]:
+        try:
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                total += int((task / "schedstat").read_text().split()[0]) / 1e9
+        except (OSError, IndexError, ValueError):
+            continue
+    return total
 
 
-# ---------------------------------------------------------------- the pinned-copy stand-in
+# ---------------------------------------------------------------- the step stand-ins
 
-def lock(t) -> bool:
-    """mlock a tensor's memory (page-locked, as pinned memory is); whether it worked."""
-    libc = ctypes.CDLL(None, use_errno=True)
-    return libc.mlock(ctypes.c_void_p(t.data_ptr()), ctypes.c_size_t(t.nbytes)) == 0
-
-
-def locked_buffer(nbytes: int):
-    """A page-locked host buffer (mlock), as pinned memory is; (torch uint8 tensor, locked?)."""
-    import numpy as np
-    import torch
-    arr = np.empty(nbytes, dtype=np.uint8)
-    arr[::4096] = 0   # touched: no first-use page faults inside the timed copies
-    libc = ctypes.CDLL(None, use_errno=True)
-    ok = libc.mlock(ctypes.c_void_p(arr.ctypes.data), ctypes.c_size_t(nbytes)) == 0
-    return torch.from_numpy(arr), ok
-
-
-def tensors_of(batch):
-    x, y = batch
-    parts = list(x) if isinstance(x, tuple) else [x]
-    return [t for t in parts + [y] if hasattr(t, "nbytes")]
-
-
-class PinStandIn:
-    """DataLoader's pin-memory thread without an accelerator: a thread of the main process that
-    takes each batch from the loader and copies its tensors into a page-locked buffer of the
-    batch's size (one of a ring of prefetch + 1), standing in for pinning + the host-to-device
-    copy. Iterating gives the batches in order."""
-
-    def __init__(self, loader, slots: int):
-        self.loader, self.slots, self.bufs, self.locked = loader, slots, [], True
-        self.cpu = 0.0   # CPU seconds of the pin threads so far (a thread per epoch: counted before it ends)
-
-    def __iter__(self):
-        import torch
-        ready, free = queue.Queue(), queue.Queue()
-        for i in range(self.slots):
-            free.put(i)
-        done = object()
-
-        def pin():
-            start = time.thread_time()
-            try:
-                for batch in self.loader:
-                    slot = free.get()
-                    parts = tensors_of(batch)
-                    need = sum(t.nbytes for t in parts)
-                    if slot >= len(self.bufs):
-                        buf, ok = locked_buffer(need)
-                        self.bufs.append(buf)
-                        self.locked &= ok
-                    buf, pos = self.bufs[slot], 0
-                    for t in parts:
-                        buf[pos:pos + t.nbytes].copy_(t.reshape(-1).view(torch.uint8))
-                        pos += t.nbytes
-                    ready.put((slot, len(parts[0])))
-            except BaseException as e:   # handed to the consumer
-                ready.put(e)
-            self.cpu += time.thread_time() - start
-            ready.put(done)
-
-        thread = threading.Thread(target=pin, daemon=True)
-        thread.start()
-        while (item := ready.get()) is not done:
-            if isinstance(item, BaseException):
-                raise item
-            slot, n = item
-            yield n
-            free.put(slot)
-        thread.join()
-
-
-# ---------------------------------------------------------------- one measurement
-
-class GpuClock:
-    """The GPU the consumer stands in for: step i starts when its batch is there and step
-    i - 1 has ended, and takes batch / rate seconds. The host loop runs one step ahead, as
-    an asynchronous training loop does: it takes batch i + 1 while step i runs (it sleeps
-    until step i starts). The time the GPU waits for data is what starves it."""
+class HostStep:
+    """Without CUDA: the device is a clock that runs one step ahead of the host, as a GPU
+    does: step i starts when it is queued and step i - 1 has ended, and takes batch / rate
+    seconds; queuing step i + 1 waits (sleeps) until step i has started. `busy` is the
+    device's time in steps."""
 
     def __init__(self, rate: float):
-        self.rate, self.free, self.waited, self.started = rate, 0.0, 0.0, None
+        self.rate, self.free, self.busy = rate, None, 0.0
 
-    def step(self, samples: int) -> None:
+    def __call__(self, samples: int) -> None:
         now = time.perf_counter()
-        if self.started is None:   # the clock starts with the first batch: the pipeline's fill is not counted
-            self.started = self.free = now
-        if now > self.free:
-            self.waited += now - self.free
-        start = max(now, self.free)
-        self.free = start + (samples / self.rate if self.rate else 0.0)
+        start = now if self.free is None else max(now, self.free)
+        length = samples / self.rate if self.rate else 0.0
+        self.free, self.busy = start + length, self.busy + length
         time.sleep(max(0.0, start - time.perf_counter()))
 
+    def drain(self) -> None:
+        if self.free is not None:
+            time.sleep(max(0.0, self.free - time.perf_counter()))
+
+
+class CudaStep:
+    """On CUDA: a kernel that keeps the GPU busy batch / rate seconds, queued on the training
+    stream (torch.cuda._sleep, its cycles per second measured first)."""
+
+    def __init__(self, rate: float):
+        import torch
+        self.rate, self.torch = rate, torch
+        torch.cuda._sleep(1000)
+        torch.cuda.synchronize()
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        torch.cuda._sleep(10_000_000)
+        b.record()
+        b.synchronize()
+        self.cycles_per_s = 10_000_000 / (a.elapsed_time(b) / 1e3)
+
+    def __call__(self, samples: int) -> None:
+        if self.rate:
+            self.torch.cuda._sleep(int(self.cycles_per_s * samples / self.rate))
+
+    def drain(self) -> None:
+        self.torch.cuda.synchronize()
+
+
+# ---------------------------------------------------------------- the sampler
 
 class Epochs:
     """The loader's sampler: epochs of `length` samples drawn from the n files, a fresh
-    permutation for every pass over them. An epoch longer than the files keeps the workers
-    streaming for the whole timed interval (the pipeline drains at every epoch's end, and a
-    real epoch is 121,266 or 524,288 samples, not the bench's few dozen)."""
+    permutation for every pass over them (an epoch longer than the files keeps the readers
+    streaming for the whole timed interval: a real epoch is 121,266 or 524,288 samples)."""
 
     def __init__(self, n: int):
         import numpy as np
@@ -265,78 +181,90 @@ class Epochs:
         return iter(np.concatenate([self.rng.permutation(self.n) for _ in range(passes)])[:self.length].tolist())
 
 
-def measure(make_loader, n_files: int, batch: int, rate: float, device, cuda: bool, seconds: float,
-            prefetch: int) -> dict:
-    """A warm-up epoch over the files, then one epoch long enough for about `seconds` at the
-    warm-up's pace, against a GpuClock at `rate` (0: no wait). Returns sustained samples/s
-    (samples from the first batch's step to the end of the last), the share of it the GPU
-    waited for data, and CPU per sample: between the two epochs nothing is in flight (the
-    loaders prefetch within an epoch), so the timed epoch's CPU is exactly its samples'."""
-    import torch
-    from hpckit.common.feed import PinnedBatches
-    sampler = Epochs(n_files)
-    loader = make_loader(sampler)
-    threads = isinstance(loader, PinnedBatches)
-    if cuda:
-        from hpckit.cosmoflow import data as cdata
-        from hpckit.deepcam import data as ddata
-        done = torch.cuda.Event(blocking=True)   # waiting on it sleeps instead of spinning a core
+# ---------------------------------------------------------------- one format
 
-        def epoch(clock):
-            n = 0
-            for x, y in loader:
-                to_device = cdata.to_device if isinstance(x, cdata.Counts) else ddata.to_device
-                xd, _ = to_device(x, y, device)   # non-blocking copy and transform, queued
-                done.record()
-                clock.step(len(xd))
-                done.synchronize()   # the previous step's inputs were on the device before it ended
-                n += len(xd)
-            return n
-    elif threads:   # the readers write into the batch buffers the host-to-device copy reads: page-locked here
-        pinned = loader
-        pinned.locked = None   # not tried yet: once, when the buffers exist
+class Path_:
+    """One format at one batch and reader count: its loader, the device, the measurements."""
 
-        def epoch(clock):
-            n = 0
-            for x, y in loader:
-                if pinned.locked is None:
-                    pinned.locked = all(lock(t) for slot in loader._slots for t in slot)
-                got = len(y)
-                clock.step(got)
-                n += got
-            return n
-    else:
-        pinned = PinStandIn(loader, prefetch + 1)
+    def __init__(self, bench: str, make_loader, n_files: int, batch: int, readers: int, rate: float, cuda: bool):
+        import torch
+        from hpckit.common import step
+        self.bench, self.batch, self.readers, self.rate, self.cuda = bench, batch, readers, rate, cuda
+        self.sampler = Epochs(n_files)
+        self.loader = make_loader(self.sampler)
+        self.device = torch.device("cuda" if cuda else "meta")
+        self.prefetched = step.prefetched
+        if bench == "deepcam":
+            from hpckit.deepcam import data
+            self.to_device = lambda x, y, device: data.to_device(x, y, device, torch.channels_last)
+        elif bench == "cosmoflow":
+            from hpckit.cosmoflow import data
+            self.to_device = data.to_device
+        else:
+            from hpckit.oc20 import data
+            self.to_device = lambda batch, y, device: (data.to_device(batch, device), None)
 
-        def epoch(clock):
-            n = 0
-            for got in pinned:
-                clock.step(got)
-                n += got
-            return n
+    def _items(self, path: bool):
+        """(samples of each batch) as the loop or the loader alone sees them."""
+        from hpckit.common.usage import LoopClock
+        if not path:
+            for b in self.loader:
+                yield _samples(self.bench, b)
+            return
+        clock = self.clock = LoopClock(self.device)
+        self.step = CudaStep(self.rate) if self.cuda else HostStep(self.rate)
+        batches = clock.timed(self.loader if self.bench != "oc20" else ((b, None) for b in self.loader))
+        for x, y in self.prefetched(batches, self.to_device, self.device):
+            n = _samples(self.bench, (x, y))
+            self.step(n)
+            yield n
+        self.step.drain()
 
-    t0 = time.perf_counter()
-    warm = epoch(GpuClock(0))   # workers started, pinned buffers allocated
-    pace = min(warm / (time.perf_counter() - t0), rate or float("inf"))
-    sampler.length = max(n_files, int(pace * seconds), 4 * batch) // batch * batch
-    pids = children()
-    w0, m0, th0 = sum(map(proc_cpu, pids)), self_cpu(), thread_cpu()
-    pin0 = 0.0 if cuda or threads else pinned.cpu
-    clock = GpuClock(rate)
-    n = epoch(clock)
-    time.sleep(max(0.0, clock.free - time.perf_counter()))
-    wall = clock.free - clock.started
-    w1, m1, th1 = sum(map(proc_cpu, pids)), self_cpu(), thread_cpu()
-    # the busiest thread that handles every batch (a reader thread handles 1 / W of them)
-    readers = {str(t.native_id) for t in loader._pool._threads} if threads else set()
-    busiest = max([th1[t] - th0.get(t, 0.0) for t in th1 if t not in readers]
-                  + [0.0 if cuda or threads else pinned.cpu - pin0])
-    locked = bool(getattr(pinned, "locked", True)) if not cuda else True
-    del loader
-    gc.collect()
-    return {"samples": n, "seconds": wall, "sustained": n / wall, "gpu_waited": clock.waited / wall,
-            "worker_ms": 1000 * (w1 - w0) / n, "main_ms": 1000 * (m1 - m0) / n, "thread_ms": 1000 * busiest / n,
-            "locked": locked}
+    def measure(self, path: bool, seconds: float) -> dict:
+        """An epoch of about `seconds` (its length from the warm-up's pace): samples/s from the
+        first batch to the last (the pipeline's fill not counted), the CPU it cost per sample,
+        and the loop thread's and the readers' shares of their time on a CPU."""
+        self.sampler.length = self.sampler.n
+        t0, warm = time.perf_counter(), 0
+        for n in self._items(path):   # warm-up: buffers made, workers started, layouts looked up
+            warm += n
+        pace = warm / max(time.perf_counter() - t0, 1e-6)
+        self.sampler.length = max(self.sampler.n, 4 * self.batch, int(pace * seconds)) // self.batch * self.batch
+        gc.collect()
+        me = threading.get_native_id()
+        readers = {t.native_id for t in getattr(getattr(self.loader, "_pool", None), "_threads", ())}
+        n, first, th0, cpu0 = 0, None, None, None
+        for got in self._items(path):
+            if first is None:   # the clock starts at the first batch: its step is timed, its reading not
+                first, th0, cpu0 = time.perf_counter(), thread_cpu(), process_cpu()
+                r0 = resource.getrusage(resource.RUSAGE_SELF)
+                self.waited0 = self.clock.waited_s if path else 0.0
+                if not path:
+                    continue
+            n += got
+        last = time.perf_counter()
+        th1, cpu1, r1 = thread_cpu(), process_cpu(), resource.getrusage(resource.RUSAGE_SELF)
+        wall = last - first
+        out = {"samples_per_s": n / wall, "samples": n, "seconds": wall,
+               "cpu_ms": (cpu1 - cpu0) / max(n, 1) * 1e3,
+               "sys_share": (r1.ru_stime - r0.ru_stime) / max((r1.ru_utime - r0.ru_utime) + (r1.ru_stime - r0.ru_stime),
+                                                               1e-9),
+               "loop_share": (th1.get(me, 0.0) - th0.get(me, 0.0)) / wall,
+               "reader_share": (sum(th1.get(t, 0.0) - th0.get(t, 0.0) for t in readers) / (len(readers) * wall)
+                                if readers else None)}
+        if path:
+            waited, busy = self.clock.take()
+            out["input_wait"] = (waited - self.waited0) / wall if wall > 0 else None
+            out["step_busy"] = (busy / wall if busy is not None else self.step.busy / wall) if self.rate else None
+        return out
+
+
+def _samples(bench: str, batch) -> int:
+    """Samples of a batch as the loader gives it (OpenCatalyst: a dict) or the loop (x, y)."""
+    if isinstance(batch, dict):
+        return int(batch["natoms"].numel())
+    x, y = batch
+    return int(x["natoms"].numel()) if isinstance(x, dict) else len(y)
 
 
 # ---------------------------------------------------------------- datasets and staging
@@ -352,31 +280,36 @@ def link_to(unique: list[Path], dest: Path, n: int, name) -> list[Path]:
     return out
 
 
-def staged_cosmoflow(work: Path, n: int, distinct: int, size: int, log) -> dict:
-    from hpckit.common import staging
+def staged_cosmoflow(work: Path, n: int, distinct: int, size: int, formats: list[str], log) -> dict:
+    from hpckit.common import staging, tfrecord
     from hpckit.cosmoflow import data as cdata
     from hpckit.cosmoflow.synthetic import write_dataset
     t = time.perf_counter()
     write_dataset(work / "cosmo-gen", distinct, 1, size=size, seed=1, fmt="tfrecord")
     unique = sorted((work / "cosmo-gen" / "train").glob("*.tfrecord"))
     link_to(unique, work / "cosmo" / "train", n, lambda i: f"univ_bench_{i:07d}.tfrecord")
-    log(f"# cosmoflow: {distinct} distinct {size}^3 x 4 samples by hpckit datagen (GZIP level 1), "
-        f"{n} names, {time.perf_counter() - t:.1f} s")
     split = cdata.find_split(work / "cosmo", "train", n, "data.n_train")
-    assert split.compression == "GZIP", split.compression
-    t = time.perf_counter()
     (work / "stage").mkdir(exist_ok=True)
-    nbytes = staging.copy_files(split.files, work / "stage" / "cosmo-copies")
-    copy_s = time.perf_counter() - t
     copies = split.relocated(work / "stage" / "cosmo-copies")
-    t = time.perf_counter()
-    cdata.decode_into(copies, work / "stage" / "cosmo-decoded", size)
-    decode_s = time.perf_counter() - t
-    threads = len(os.sched_getaffinity(0))
-    log(f"# staging: copies {n / copy_s:.0f} samples/s ({nbytes / copy_s / 2 ** 20:.0f} MiB/s); data.stage_decode "
-        f"{n / decode_s:.1f} samples/s with {threads} thread(s), {n / decode_s / threads:.1f} per core (once per run)")
-    return {"gzip-tfrecord": copies, "stage-decode": cdata.decoded(copies, work / "stage" / "cosmo-decoded"),
-            "decode_per_core": n / decode_s / threads}
+    staging.copy_files(split.files, work / "stage" / "cosmo-copies")
+    out = {"gzip-tfrecord": copies}
+    if "tfrecord" in formats:
+        (work / "cosmo-plain-gen").mkdir()
+        for f in unique:
+            tfrecord.write_records(work / "cosmo-plain-gen" / f.name, list(tfrecord.read_records(f, "GZIP")),
+                                   compression=None)
+        link_to(sorted((work / "cosmo-plain-gen").iterdir()), work / "cosmo-plain" / "train", n,
+                lambda i: f"univ_bench_{i:07d}.tfrecord")
+        out["tfrecord"] = cdata.find_split(work / "cosmo-plain", "train", n, "data.n_train")
+    if "stage-decode" in formats:
+        t1 = time.perf_counter()
+        cdata.decode_into(copies, work / "stage" / "cosmo-decoded", size)
+        log(f"# cosmoflow data.stage_decode: {n / (time.perf_counter() - t1):.1f} samples/s with "
+            f"{len(os.sched_getaffinity(0))} thread(s) (once per run, inside the clock)")
+        out["stage-decode"] = cdata.decoded(copies, work / "stage" / "cosmo-decoded")
+    log(f"# cosmoflow: {distinct} distinct {size}^3 x 4 samples by hpckit datagen, {n} names, "
+        f"{time.perf_counter() - t:.1f} s")
+    return out
 
 
 def staged_deepcam(work: Path, n: int, distinct: int, height: int, width: int, log):
@@ -388,191 +321,188 @@ def staged_deepcam(work: Path, n: int, distinct: int, height: int, width: int, l
     unique = sorted((work / "cam-gen" / "train").glob("data-*.h5"))
     files = link_to(unique, work / "cam" / "train", n, lambda i: f"data-bench-{i:07d}.h5")
     shutil.copyfile(work / "cam-gen" / "stats.h5", work / "cam" / "stats.h5")
+    (work / "stage").mkdir(exist_ok=True)
+    staging.copy_files(files, work / "stage" / "cam-copies")
     log(f"# deepcam: {distinct} distinct {height} x {width} x 16 samples by hpckit datagen, {n} names, "
         f"{time.perf_counter() - t:.1f} s")
+    return ddata.DeepCamFiles("train", sorted((work / "stage" / "cam-copies").iterdir())), \
+        ddata.load_stats(work / "cam")
+
+
+def staged_oc20(work: Path, n: int, cfg: dict, log):
+    from hpckit.oc20 import data as odata
+    from hpckit.oc20.synthetic import write_dataset
     t = time.perf_counter()
-    (work / "stage").mkdir(exist_ok=True)
-    nbytes = staging.copy_files(files, work / "stage" / "cam-copies")
-    copy_s = time.perf_counter() - t
-    log(f"# staging: copies {n / copy_s:.0f} samples/s ({nbytes / copy_s / 2 ** 20:.0f} MiB/s)")
-    staged = ddata.DeepCamFiles("train", sorted((work / "stage" / "cam-copies").iterdir()))
-    return {"hdf5": staged}, ddata.load_stats(work / "cam")
+    write_dataset(work / "oc20-gen", cfg, n, 1, seed=1)
+    split = odata.find_dataset(work / "oc20-gen", n, 1)["train"]
+    odata.stage_share(split, work / "stage" / "oc20")
+    log(f"# oc20: {n} structures by hpckit datagen, staged as one LMDB, {time.perf_counter() - t:.1f} s")
+    return odata.staged(split, work / "stage" / "oc20")
+
+
+# ---------------------------------------------------------------- where it stops scaling
+
+def why_it_stops(rows: list[dict], cpus: int) -> str:
+    """Where the path stops gaining (< 10 % from one reader count to the next) and why,
+    read off the measured figures at that point."""
+    rows = sorted(rows, key=lambda r: r["readers"])
+    stop = next((b for a, b in zip(rows, rows[1:]) if b["path"] < 1.1 * a["path"]), None)
+    if stop is None:
+        return f"still scaling at {rows[-1]['readers']} reader(s) ({rows[-1]['path']:.1f} samples/s)"
+    w, p = stop["readers"], stop["path_fig"]
+    at = f"stops scaling at {w} reader(s), {stop['path']:.1f} samples/s: "
+    if stop["rate"] and stop["path"] >= 0.95 * stop["rate"]:
+        return at + f"the step's rate ({stop['rate']:g} samples/s) is reached"
+    if w + 1 > cpus:
+        return at + f"the CPUs: {w} readers and the loop on {cpus} CPU(s)"
+    if p["loop_share"] >= 0.85:
+        return at + f"the loop's thread is on a CPU {100 * p['loop_share']:.0f} % of the time (one core)"
+    share = p.get("reader_share")
+    if share is not None and share >= 0.8:
+        return at + (f"the readers are each on a CPU {100 * share:.0f} % of the time: their per-sample work "
+                     f"({p['cpu_ms']:.1f} CPU ms a sample, {100 * p['sys_share']:.0f} % in the kernel) or the "
+                     "memory bandwidth")
+    if share is not None:
+        return at + (f"the readers wait ({100 * share:.0f} % of their time on a CPU): the GIL, I/O or the device "
+                     "holding the ring")
+    return at + "the loader's worker processes (their CPU is in the per-sample figure)"
 
 
 # ---------------------------------------------------------------- main
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--quick", action="store_true",
-                   help="the lent GPU machine's short run: threads 2,6,12, processes 12, 2 s per figure")
-    p.add_argument("--workers", help="loader worker counts (default 1,2; --quick 2,6,12)")
+    p.add_argument("--readers", default="1,2", help="reader counts (loader threads or workers; default 1,2)")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"of {', '.join(FORMATS)} (default all)")
-    p.add_argument("--cosmoflow", type=int, help="CosmoFlow sample files (default 64)")
-    p.add_argument("--deepcam", type=int, help="DeepCAM sample files (default 64)")
-    p.add_argument("--batch", action="append", default=[],
-                   help="BENCH=B,B..: local batches (default cosmoflow=1, deepcam=1,8: NVIDIA's)")
-    p.add_argument("--rate", action="append", default=[],
-                   help="BENCH=R: the consumer's samples/s (default NVIDIA's H100 rate at the batch)")
-    p.add_argument("--step-rate", action="append", default=[],
-                   help="BENCH=R: samples/s the kit's training step consumes on the GPU (measured there)")
-    p.add_argument("--seconds", type=float,
-                   help="about this many seconds timed per figure, one epoch (default 4; --quick 2)")
-    p.add_argument("--tiny", action="store_true", help="tiny samples (CosmoFlow 16^3, DeepCAM 32 x 48): the tests' "
-                   "dry run, no figure of the reference sizes")
-    p.add_argument("--feeds", default="threads,processes",
-                   help="threads (the GPU path: reader threads into pinned batch buffers), processes (DataLoader "
-                        "workers and its pin thread); default both")
-    p.add_argument("--today", action="store_true", help="also the path before issue 32 (float32 from DataLoader "
-                   "workers, one worker count)")
+    p.add_argument("--batch", action="append", default=[], help="BENCH=B: local batch (default deepcam=8, "
+                   "cosmoflow=1, oc20=8)")
+    p.add_argument("--rate", type=float, help="the step's samples/s (default: the kit's H100 step, "
+                   f"{', '.join(f'{k} {v:g}' for k, v in STEP_RATE.items())}); 0: a step that takes no time")
+    p.add_argument("--files", type=int, default=64, help="sample names per format (default 64)")
+    p.add_argument("--seconds", type=float, default=3.0, help="about this many seconds per figure (default 3)")
+    p.add_argument("--rounds", type=int, default=2, help="alternating rounds of loader and path, best of each")
+    p.add_argument("--tiny", action="store_true", help="tiny samples (the tests' dry run): no figure of the "
+                   "reference sizes")
     p.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto")
-    p.add_argument("--workdir", help="where the datasets go (default a new temporary directory, removed)")
-    p.add_argument("--json", help="write every figure to this file")
+    p.add_argument("--json", help="write every figure to this new file")
     args = p.parse_args()
-    workers = int_list(args.workers or ("2,6,12" if args.quick else "1,2"), "--workers", 1)
-    process_workers = [12] if args.quick and not args.workers else workers
-    feeds = [f for f in args.feeds.split(",") if f]
-    if not feeds or set(feeds) - {"threads", "processes"}:
-        bad(f"--feeds {args.feeds!r}: a comma-separated list of threads, processes")
+    readers = int_list(args.readers, "--readers", 1)
     formats = [f for f in args.formats.split(",") if f]
     if not formats or set(formats) - set(FORMATS):
         bad(f"--formats {args.formats!r}: a comma-separated list of {', '.join(FORMATS)}")
-    batches = {"cosmoflow": [1], "deepcam": [1, 8]}
+    batches = dict(DEFAULT_BATCH)
     for item in args.batch:
         key, _, value = item.partition("=")
         if key not in batches:
-            bad(f"--batch {item!r}: expected cosmoflow=B,.. or deepcam=B,..")
-        batches[key] = int_list(value, "--batch", 1)
-    rates, step_rates = parse_pairs(args.rate, "--rate"), parse_pairs(args.step_rate, "--step-rate")
-    n_cosmo = args.cosmoflow or 64
-    n_cam = args.deepcam or 64
-    seconds = args.seconds or (2.0 if args.quick else 4.0)
-    for name, n, b in (("--cosmoflow", n_cosmo, max(batches["cosmoflow"])),
-                       ("--deepcam", n_cam, max(batches["deepcam"]))):
-        if n < 2 * b:
-            bad(f"{name} {n}: at least two batches of {b} samples")
-    if seconds <= 0:
-        bad(f"--seconds {args.seconds}: must be > 0")
+            bad(f"--batch {item!r}: expected deepcam=B, cosmoflow=B or oc20=B")
+        batches[key] = int_list(value, "--batch", 1)[0]
+    if args.rate is not None and not (args.rate >= 0 and args.rate < 1e9):
+        bad(f"--rate {args.rate}: samples/s >= 0")
+    if not 0 < args.seconds < 3600:
+        bad(f"--seconds {args.seconds}: between 0 and 3600")
+    if not 1 <= args.rounds <= 100:
+        bad(f"--rounds {args.rounds}: between 1 and 100")
+    if args.files < 2 * max(batches.values()):
+        bad(f"--files {args.files}: at least two batches")
+    if args.json and os.path.lexists(args.json):
+        bad(f"--json {args.json}: exists; name a new file")
 
     import torch
     from hpckit.common.config import load_config
-    from hpckit.cosmoflow import data as cdata
-    from hpckit.deepcam import data as ddata
     cuda = args.device == "cuda" or (args.device == "auto" and torch.cuda.is_available())
     if cuda and not torch.cuda.is_available():
         bad("--device cuda: no CUDA device is visible to torch")
-    device = torch.device("cuda" if cuda else "cpu")
-    torch.set_num_threads(1)   # the main process's copies on one thread, as DataLoader's pin thread
+    torch.set_num_threads(1)
+    cpus = len(os.sched_getaffinity(0))
 
     def log(line: str) -> None:
         print(line, flush=True)
 
-    shm = f"{shutil.disk_usage('/dev/shm').free / 2 ** 30:.1f} GiB free" if os.path.isdir("/dev/shm") else "none"
     log(machine_line())
-    log(f"# cpu model {cpu_model()}; flags {cpu_flags()}; torch {torch.__version__}; "
-        f"device {torch.cuda.get_device_name() if cuda else 'none (pinning + host-to-device copy stood in for)'}; "
-        f"/dev/shm {shm}")
-    work = Path(args.workdir) if args.workdir else Path(tempfile.mkdtemp(prefix="hpckit-feed-rate-"))
-    if args.workdir:
-        try:
-            work.mkdir(parents=True)
-        except OSError as e:
-            bad(f"--workdir {work}: cannot create a new directory ({e.strerror})")
+    log(f"# flags {cpu_flags()}; torch {torch.__version__}; {cpus} usable CPU(s); device "
+        f"{torch.cuda.get_device_name() if cuda else 'none: the meta device, the step a host clock'}")
+    work = Path(tempfile.mkdtemp(prefix="hpckit-feed-rate-"))
     size, height, width = (16, 32, 48) if args.tiny else (128, 768, 1152)
     rows, failed = [], False
     try:
-        splits, stats = {}, None
-        if {"gzip-tfrecord", "stage-decode"} & set(formats):
-            splits.update(staged_cosmoflow(work, n_cosmo, min(n_cosmo, 8), size, log))
-        if "hdf5" in formats:
-            cam, stats = staged_deepcam(work, n_cam, min(n_cam, 4), height, width, log)
-            splits.update(cam)
-        log(f"# consumer: a GPU step of batch / rate seconds starts once its batch is there and the last step ended; "
-            f"one epoch of about {seconds:g} s timed per figure, after a warm-up epoch over the files; CPU ms per "
-            "sample from /proc: loader worker processes, the main process (all its threads, reader threads "
-            "included) and its busiest thread that handles every batch (not a reader)")
-        log(f"{'benchmark':<10} {'format':<14} {'feed':<9} {'batch':>5} {'workers':>7} {'consumer':>8} "
-            f"{'sustained':>9} {'GPU idle':>8} {'worker ms':>9} {'main ms':>7} {'thread ms':>9} {'per core':>8}  "
-            "samples/s, % of the time, CPU ms per sample")
         cfgs = {"cosmoflow": load_config("cosmoflow", "reference", [f"data.sample_size={size}"]),
-                "deepcam": load_config("deepcam", "reference", [f"data.height={height}", f"data.width={width}"])}
-        variants = [(feed, True, feed, process_workers if feed == "processes" else workers) for feed in feeds]
-        if args.today:
-            variants.append(("today", False, "processes", workers[:1]))
+                "deepcam": load_config("deepcam", "reference", [f"data.height={height}", f"data.width={width}"]),
+                "oc20": load_config("oc20", "mini" if args.tiny else "reference")}
+        splits, stats = {}, None
+        if {"gzip-tfrecord", "tfrecord", "stage-decode"} & set(formats):
+            splits.update(staged_cosmoflow(work, args.files, min(args.files, 8), size, formats, log))
+        if "hdf5" in formats:
+            splits["hdf5"], stats = staged_deepcam(work, args.files, min(args.files, 4), height, width, log)
+        if "lmdb" in formats:
+            splits["lmdb"] = staged_oc20(work, args.files, cfgs["oc20"], log)
+        log(f"# per figure about {args.seconds:g} s after a warm-up epoch; {args.rounds} alternating round(s), the "
+            "best of each; CPU ms per sample: all threads and worker processes; loop, readers: share of their time "
+            "on a CPU")
+        log(f"{'format':<14} {'batch':>5} {'readers':>7} {'step':>6} {'loader':>8} {'path':>8} {'ratio':>5} "
+            f"{'wait':>5} {'busy':>5} {'CPU ms':>7} {'sys':>4} {'loop':>5} {'readers':>7}")
         for fmt in formats:
             bench = FORMATS[fmt][0]
-            for b in batches[bench]:
-                rate = rates.get(bench) or NVIDIA_H100.get((bench, b)) or NVIDIA_H100[(bench, 1)]
-                for label, raw, feed, counts in variants:
-                    for w in counts:
-                        cfg = copy.deepcopy(cfgs[bench])
-                        cfg["data"].update(batch_size=b, loader_workers=w)
-                        if bench == "cosmoflow":
-                            def make(sampler, cfg=cfg, split=splits[fmt], raw=raw, feed=feed):
-                                return cdata.torch_loader(split, cfg, True, 0, sampler, device=device,
-                                                          device_transform=raw, feed=feed)
-                        else:
-                            def make(sampler, cfg=cfg, split=splits[fmt], raw=raw, feed=feed):
-                                return ddata.torch_loader(split, stats, cfg, True, 0, sampler, device=device,
-                                                          device_transform=raw, feed=feed)
-                        try:
-                            r = measure(make, len(splits[fmt]), b, rate, device, cuda, seconds,
-                                        cfg["data"]["prefetch"])
-                        except Exception as e:   # one figure missing: said, the others still measured
-                            failed = True
-                            log(f"{bench:<10} {fmt:<14} {label:<9} {b:>5} {w:>7} ERROR {type(e).__name__}: "
-                                + (str(e).strip().splitlines() or [""])[0][:300])
-                            continue
-                        r.update(bench=bench, fmt=fmt, feed=label, batch=b, workers=w, consumer=rate, raw=raw)
-                        rows.append(r)
-                        per_core = 1000 / max(r["worker_ms"] + r["main_ms"], 1e-6)
-                        log(f"{bench:<10} {fmt:<14} {label:<9} {b:>5} {w:>7} {rate:>8.0f} {r['sustained']:>9.1f} "
-                            f"{100 * r['gpu_waited']:>7.0f}% {r['worker_ms']:>9.1f} {r['main_ms']:>7.1f} "
-                            f"{r['thread_ms']:>9.1f} {per_core:>8.1f}"
-                            + ("" if r["locked"] else "  (buffer not page-locked: mlock refused)"))
-        summary = summarise(rows, step_rates, log)
-    except Exception as e:   # a figure missing is a failed bench, said in one line
+            b = batches[bench]
+            rate = STEP_RATE[bench] if args.rate is None else args.rate
+            mine = []
+            for w in readers:
+                cfg = copy.deepcopy(cfgs[bench])
+                cfg["data"].update(batch_size=b, loader_workers=w)
+                split = splits[fmt]
+
+                def make(sampler, cfg=cfg, split=split, bench=bench):
+                    if bench == "deepcam":
+                        from hpckit.deepcam import data
+                        return data.torch_loader(split, stats, cfg, True, 0, sampler,
+                                                 device=torch.device("cuda") if cuda else None, device_transform=True)
+                    if bench == "cosmoflow":
+                        from hpckit.cosmoflow import data
+                        return data.torch_loader(split, cfg, True, 0, sampler,
+                                                 device=torch.device("cuda") if cuda else None, device_transform=True)
+                    from hpckit.oc20 import data
+                    return data.torch_loader(split, cfg, True, 0, sampler)
+                try:
+                    path = Path_(bench, make, len(split), b, w, rate, cuda)
+                    best = {}
+                    for _ in range(args.rounds):
+                        for kind in ("loader", "path"):
+                            r = path.measure(kind == "path", args.seconds)
+                            if kind not in best or r["samples_per_s"] > best[kind]["samples_per_s"]:
+                                best[kind] = r
+                    del path
+                    gc.collect()
+                except Exception as e:   # one figure missing: said, the others still measured
+                    failed = True
+                    log(f"{fmt:<14} {b:>5} {w:>7} ERROR {type(e).__name__}: "
+                        + (str(e).strip().splitlines() or [""])[0][:300])
+                    continue
+                lo, pa = best["loader"], best["path"]
+                row = {"format": fmt, "bench": bench, "batch": b, "readers": w, "rate": rate,
+                       "loader": lo["samples_per_s"], "path": pa["samples_per_s"],
+                       "ratio": pa["samples_per_s"] / lo["samples_per_s"], "loader_fig": lo, "path_fig": pa}
+                rows.append(row)
+                mine.append(row)
+                fmt_share = lambda v: "  n/a" if v is None else f"{v:5.2f}"   # noqa: E731
+                log(f"{fmt:<14} {b:>5} {w:>7} {rate:>6.0f} {lo['samples_per_s']:>8.1f} {pa['samples_per_s']:>8.1f} "
+                    f"{row['ratio']:>5.2f} {fmt_share(pa['input_wait'])} {fmt_share(pa['step_busy'])} "
+                    f"{pa['cpu_ms']:>7.1f} {100 * pa['sys_share']:>3.0f}% {100 * pa['loop_share']:>4.0f}% "
+                    + ("    n/a" if pa["reader_share"] is None else f"{100 * pa['reader_share']:>6.0f}%"))
+            if mine:
+                why = why_it_stops(mine, cpus)
+                for r in mine:
+                    r["scaling"] = why
+                log(f"# {fmt}: {why}")
+    except Exception as e:   # the data could not be made: one line
         failed = True
         print(f"feed_rate: FAILED: {type(e).__name__}: {e}", file=sys.stderr)
-        summary = []
     finally:
-        if args.workdir is None:
-            shutil.rmtree(work, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
     if args.json:
-        Path(args.json).write_text(json.dumps({"machine": machine_line(), "flags": cpu_flags(), "model": cpu_model(),
-                                               "device": str(device), "rows": rows, "summary": summary}, indent=1))
+        from hpckit.common.fileio import atomic_write_text
+        atomic_write_text(args.json, json.dumps({"machine": machine_line(), "flags": cpu_flags(),
+                                                 "device": "cuda" if cuda else "meta", "rows": rows}, indent=1),
+                          "--json")
     return 1 if failed else 0
-
-
-def summarise(rows: list[dict], step_rates: dict, log) -> list[dict]:
-    """Cores per GPU at each rate, from the largest CPU time per sample measured for the format
-    and feed, and the ceiling of the busiest thread of the main process (one thread runs on
-    one core at most)."""
-    out = []
-    log("# cores one GPU needs = rate x CPU seconds per sample (workers + main process, the largest measured over "
-        f"the worker counts); an eos node gives each H100 {CORES_PER_H100}; the main process's busiest thread "
-        "that handles every batch (DataLoader's pin thread, or the loop) caps the rate at 1 / its CPU seconds per "
-        "sample")
-    for key in dict.fromkeys((r["bench"], r["fmt"], r["feed"], r["batch"]) for r in rows):
-        mine = [r for r in rows if (r["bench"], r["fmt"], r["feed"], r["batch"]) == key]
-        bench, fmt, feed, batch = key
-        cpu_ms = max(max(r["worker_ms"] + r["main_ms"] for r in mine), 1e-6)
-        ceiling = 1000 / max(max(r["thread_ms"] for r in mine), 1e-6)
-        targets = [(f"NVIDIA H100 {NVIDIA_H100[(bench, batch)]:g}", NVIDIA_H100[(bench, batch)])] \
-            if (bench, batch) in NVIDIA_H100 else []
-        if bench in step_rates:
-            targets.append((f"kit step {step_rates[bench]:g}", step_rates[bench]))
-        best = max(mine, key=lambda r: r["sustained"])
-        for label, rate in targets:
-            cores = rate * cpu_ms / 1000
-            fits = cores <= CORES_PER_H100 and ceiling >= rate
-            log(f"{bench:<10} {fmt:<14} {feed:<9} batch {batch}: {label} samples/s needs {cores:.1f} cores "
-                f"({1000 / cpu_ms:.1f} samples/s per core, the busiest thread up to {ceiling:.0f} samples/s): "
-                f"{'fits' if fits else 'does NOT fit'} in {CORES_PER_H100}; sustained here {best['sustained']:.1f} "
-                f"with {best['workers']} workers")
-            out.append({"bench": bench, "fmt": fmt, "feed": feed, "batch": batch, "target": label, "rate": rate,
-                        "cores": cores, "per_core": 1000 / cpu_ms, "thread_ceiling": ceiling, "fits": fits,
-                        "best_sustained": best["sustained"]})
-    return out
 
 
 if __name__ == "__main__":

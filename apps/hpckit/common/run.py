@@ -21,7 +21,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from hpckit.common import cores, determinism, energy, feed, memory, precision, provenance, staging, usage
+from hpckit.common import cores, determinism, energy, memory, precision, provenance, staging, usage
 from hpckit.common.config import flatten
 from hpckit.common import dist
 from hpckit.common.dist import Ranks
@@ -581,22 +581,9 @@ class MLPerfRun:
         rank takes the same number of steps, so all stop together), timed by the run's
         LoopClock: the wait for each batch (less what the device held: feed.held_seconds),
         and on CUDA each step's span on the GPU."""
-        it = iter(batches)
-        clock = self.clock
-        try:
-            while self.max_steps is None or self.steps_done < self.max_steps:
-                t0, held0 = time.perf_counter(), feed.held_seconds()
-                try:
-                    batch = next(it)
-                except StopIteration:
-                    return
-                clock.waited(time.perf_counter() - t0, feed.held_seconds() - held0)
-                self.steps_done += 1
-                clock.step_begins()
-                yield batch
-                clock.step_ends()
-        finally:
-            clock.step_ends()
+        for batch in self.clock.timed(batches, lambda: self.max_steps is None or self.steps_done < self.max_steps):
+            self.steps_done += 1
+            yield batch
 
     def _log_metric(self, epoch: int, metric: float, extra: list[tuple[str, float]] = ()) -> None:
         self.log.event(self.quality.metric, float(metric), metadata={"epoch_num": epoch})

@@ -156,7 +156,8 @@ def mb_per_s(nbytes: float | None, seconds: float | None) -> float | None:
 
 
 class LoopClock:
-    """The training loop's own clock (MLPerfRun.limited drives it around every batch):
+    """The training loop's own clock (`timed` drives it around every batch: MLPerfRun.limited,
+    bench/feed_rate.py):
 
     - input wait: the time the loop was blocked asking for its next batch, less the part a
       GPU loader spent waiting for the device to hand a buffer back (common/feed.py
@@ -174,6 +175,27 @@ class LoopClock:
         self.waited_s = 0.0
         self._spans: list = []
         self._open = None
+
+    def timed(self, batches, more=None):
+        """Iterate `batches` as a training loop does, timing each wait and (on CUDA) each
+        step; `more()` false: stop before asking for another batch."""
+        import time
+
+        from hpckit.common import feed
+        it = iter(batches)
+        try:
+            while more is None or more():
+                t0, held0 = time.perf_counter(), feed.held_seconds()
+                try:
+                    batch = next(it)
+                except StopIteration:
+                    return
+                self.waited(time.perf_counter() - t0, feed.held_seconds() - held0)
+                self.step_begins()
+                yield batch
+                self.step_ends()
+        finally:
+            self.step_ends()
 
     def waited(self, seconds: float, held: float = 0.0) -> None:
         self.waited_s += max(seconds - held, 0.0)
