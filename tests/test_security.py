@@ -339,7 +339,8 @@ from hpckit.common.errors import KitError
 reader, root = sys.argv[1], Path(sys.argv[2])
 n = 0
 try:
-    if reader == "oc20":
+    if reader.startswith("oc20"):
+        import os
         from hpckit.oc20.records import LmdbFile
         for split in ("train", "validation"):
             for path in sorted((root / split).glob("*.lmdb")):
@@ -347,9 +348,12 @@ try:
                 for i in range(f.length()):
                     f.read(i)
                     n += 1
+                    if reader == "oc20.cut_while_reading" and n == 1:   # a copy over the file, under way
+                        os.truncate(path, path.stat().st_size // 2)
     elif reader.startswith("deepcam"):
         from hpckit.deepcam import data
         h, w, c = (int(v) for v in sys.argv[3:6])
+        data.load_stats(root, c)
         for split in data.find_dataset(root, 2, 1).values():
             for path in split.files:
                 if reader == "deepcam.read_raw":
@@ -408,6 +412,7 @@ TRUNCATIONS = {
     "oc20-lmdb": ("oc20", "oc20", "train/data.0000.lmdb", ()),
     "deepcam-hdf5-read_raw": ("deepcam.read_raw", "deepcam", "train/*.h5", DEEPCAM_HWC),
     "deepcam-hdf5-read_raw_into": ("deepcam.read_raw_into", "deepcam", "train/*.h5", DEEPCAM_HWC),
+    "deepcam-hdf5-stats": ("deepcam.read_raw", "deepcam", "stats.h5", DEEPCAM_HWC),
     "cosmoflow-tfrecord-gzip": ("cosmoflow.read_sample", "tfrecord-gzip", "train/*.tfrecord", (COSMO_SIZE,)),
     "cosmoflow-tfrecord-plain": ("cosmoflow.read_sample", "tfrecord-plain", "train/*.tfrecord", (COSMO_SIZE,)),
     "cosmoflow-tfrecord-read_sample_into": ("cosmoflow.read_sample_into", "tfrecord-gzip", "train/*.tfrecord",
@@ -475,3 +480,15 @@ def test_a_value_size_past_the_end_of_the_file_is_one_line_naming_file_and_key(o
     assert proc.returncode == 2, f"exit {proc.returncode} (a negative one is a signal): {proc.stderr[-3000:]}"
     assert len(lines) == 1 and lines[0].startswith(f"error: {path} key '2': damaged: its value of "
                                                    f"{length + (0xFF << 16)} bytes at byte "), lines
+
+
+def test_an_lmdb_cut_while_it_is_read_is_one_line_naming_it(oc20_data, tmp_path):
+    """The file shrinks after it was opened and checked (a copy over it truncates it first):
+    each key is checked against the file's size at its read, not at the open."""
+    root = tmp_path / "data"
+    shutil.copytree(oc20_data, root)
+    proc = read_all("oc20.cut_while_reading", root)
+    lines = proc.stderr.strip().splitlines()
+    path = root / "train" / "data.0000.lmdb"
+    assert proc.returncode == 2, f"exit {proc.returncode} (a negative one is a signal): {proc.stderr[-3000:]}"
+    assert len(lines) == 1 and lines[0].startswith(f"error: {path} key "), lines

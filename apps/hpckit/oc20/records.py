@@ -510,10 +510,15 @@ class LmdbFile:
         return self._open().env
 
     def _value(self, key: bytes, where: str) -> bytes | None:
-        """The value under `key` (value_extent first, then lmdb's get)."""
+        """The value under `key` (value_extent first, against the file's size now: a file cut
+        while it is read, as a copy over it does, is refused at its next key; then lmdb's get)."""
         import lmdb
         opened = self._open()
-        if value_extent(self.path, opened.fd, opened.size, opened.meta, key) is None:
+        try:
+            size = min(opened.size, os.fstat(opened.fd).st_size)
+        except OSError as e:
+            raise KitError(f"{where}: cannot read ({e.strerror or e})") from None
+        if value_extent(self.path, opened.fd, size, opened.meta, key) is None:
             return None
         try:
             with opened.env.begin() as txn:
