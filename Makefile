@@ -79,6 +79,17 @@ SEED  ?= 1
 mutate: $(STAMP)
 	$(BIN)/python bench/mutation.py --cases $(CASES) --seed $(SEED) $(if $(MUTATE_RUNS),--runs $(MUTATE_RUNS))
 
+# The kit's readers on damaged copies of valid files of every format they read (tests/fuzz.py,
+# issue 41): CosmoFlow TFRecord (GZIP, plain) and npy, DeepCAM HDF5, OC20 LMDB, MLPerf logs,
+# summary.json, perflogs and configs, each file cut, flipped, its length fields at extremes, its
+# values retyped, or code planted in its pickles; CASES cases from seed SEED. Prints the cases and
+# outcomes per format and every finding (a traceback, a signal, a hang, more than one line, code
+# run) with its seed and case number; exit 1 if there is one. CI runs a few hundred
+# (tests/test_fuzz.py).
+.PHONY: fuzz
+fuzz: $(STAMP)
+	nice $(BIN)/python tests/fuzz.py --cases $(CASES) --seed $(SEED)
+
 # The GPU path proven on a lent NVIDIA node (bench/gpu_check.py, issue 32), one table: the
 # local profile's ReFrame checks on the GPU, mini trainings with and without --deterministic,
 # torchrun + NCCL with one rank, the full-size step against the reference's (REFERENCE: your
