@@ -237,6 +237,22 @@ def test_bf16_trains(oc20_data, tmp_path):
     assert config["train.precision"] == "bf16"
 
 
+def test_fp16_overflow_is_skipped_not_fatal(oc20_data, tmp_path):
+    """train.precision fp16: GradScaler's first scale (2^16) overflows the gradients; the step
+    is skipped and the scale halved, as the reference's --amp does, not a diverged run (it
+    stopped at step 1 before); refused in one line where the CPU's fp16 would be emulated."""
+    out = tmp_path / "out"
+    proc = run_hpckit(*train_args(oc20_data, out, "--set", "train.precision=fp16", "--set", "train.max_steps=8"))
+    if proc.returncode == 2:
+        assert "train.precision" in proc.stderr and proc.stderr.strip().count("\n") == 0, proc.stderr
+        return
+    assert proc.returncode == 3, proc.stderr[-3000:]
+    reason = mllog(out / "mlperf.log")[-1]["metadata"]["reason"]
+    assert "step-limited" in reason, reason
+    s = json.loads((out / "summary.json").read_text())
+    assert s["status"] == "aborted" and 0 < s["final_eval_error"] < 10
+
+
 def test_analyze_and_project_take_an_oc20_run(mini_run, tmp_path):
     """The convergence record holds the 13 published OC20 sets (v1.0-v3.0); a kit run is
     taken apart and projected to the official dataset from it."""

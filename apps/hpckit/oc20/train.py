@@ -24,16 +24,18 @@ under torch.distributed (scripts/run_training.sh: main.py --distributed):
 from __future__ import annotations
 
 import bisect
+import math
 import time
 
 import torch
 
 from hpckit.common import precision
+from hpckit.common.step import FP16_PATIENCE
 from hpckit.common.config import check_auto_or_count, load_pytorch_config, require
 from hpckit.common.errors import EXIT_NOT_CONVERGED
 from hpckit.common.mllog import C
-from hpckit.common.run import (LogStyle, MLPerfRun, Quality, StageAs, check_finite, claim_output_dir, diagnosed,
-                               equal_train_split, launch)
+from hpckit.common.run import (Diverged, LogStyle, MLPerfRun, Quality, StageAs, check_finite, claim_output_dir,
+                               diagnosed, equal_train_split, launch)
 from hpckit.oc20 import BENCHMARK, DESCRIPTOR, data
 from hpckit.oc20.model import build_model, validate_model_config
 
@@ -145,6 +147,7 @@ class Trainer:
         self.scheduler = torch.optim.lr_scheduler.LambdaLR(self.optimizer, lambda step: lr_factor(step, o))
         self.scaler = precision.grad_scaler(cfg["train"]["precision"], self.device)
         self.steps = 0
+        self.overflows = 0   # consecutive fp16 steps whose gradients overflowed (skipped)
 
     def loss(self, energy, forces, batch):
         t = self.cfg["train"]
@@ -175,7 +178,20 @@ class Trainer:
             if self.comm.kind == "horovod":
                 self.comm.average_gradients(self.model.parameters())
             grads = [p.grad for p in self.model.parameters() if p.grad is not None]
-            check_finite(float(torch.stack(torch._foreach_norm(grads)).norm()), self.steps + 1, "the gradient norm")
+            norm = float(torch.stack(torch._foreach_norm(grads)).norm())
+            if self.scaler is None:
+                check_finite(norm, self.steps + 1, "the gradient norm")
+            elif not math.isfinite(norm):
+                # fp16: an overflow at the current loss scale; GradScaler skips this update
+                # and halves the scale (as the reference's --amp does); a run of them is a
+                # diverged training, as the kit's other trainers judge it (common/step.py)
+                self.overflows += 1
+                if self.overflows >= FP16_PATIENCE:
+                    raise Diverged(f"the gradient norm is not finite in {FP16_PATIENCE} consecutive training steps "
+                                   f"up to step {self.steps + 1} under fp16 loss scaling: the training diverged (a "
+                                   "learning rate too high, or non-finite input data)")
+            else:
+                self.overflows = 0
             if self.scaler is not None:
                 self.scaler.step(self.optimizer)
                 self.scaler.update()
