@@ -183,10 +183,12 @@ def run_step_child(bench: str, dry: bool, reference: str | None, warmup: int, st
                 args = argparse.Namespace(seed=1, stage_dir=None, data=".", dist="none", device=dev, threads=None,
                                           collective_timeout=60.0, deterministic=False, allocator="glibc")
                 launched = launch(args, "pytorch", cfg)
-                kit_step.resolve_options(cfg, launched.device, True, cfg["optimizer"]["name"])
-                result["cuda_graph"] = cfg["train"]["cuda_graph"]
-                result["memory_format"] = cfg["train"]["memory_format"]
-                fn = (kit_deepcam_step if bench == "deepcam" else kit_cosmoflow_step)(cfg, launched, batch, gen)
+                if bench != "oc20":   # OpenCatalyst's step is its own (no graph, no memory format)
+                    kit_step.resolve_options(cfg, launched.device, True, cfg["optimizer"]["name"])
+                    result["cuda_graph"] = cfg["train"]["cuda_graph"]
+                    result["memory_format"] = cfg["train"]["memory_format"]
+                fn = {"deepcam": kit_deepcam_step, "cosmoflow": kit_cosmoflow_step,
+                      "oc20": kit_oc20_step}[bench](cfg, launched, batch, gen)
             fn(warmup)
             sync()
             times = []
@@ -239,6 +241,23 @@ def kit_cosmoflow_step(cfg, launched, batch, gen):
     return fn
 
 
+def kit_oc20_step(cfg, launched, batch, gen):
+    """OpenCatalyst's trainer on one batch of datagen's structures already on the device
+    (its to_device then moves nothing)."""
+    import tempfile as _tempfile
+    from hpckit.oc20 import data as odata
+    from hpckit.oc20.synthetic import write_dataset
+    from hpckit.oc20.train import Trainer
+    with _tempfile.TemporaryDirectory(prefix="hpckit-gpu-check-oc20-") as tmp:
+        write_dataset(Path(tmp) / "d", cfg, batch, 1, seed=1, workers=1)
+        split = odata.find_dataset(Path(tmp) / "d", batch, 1)["train"]
+        on_device = odata.to_device(odata.collate([split.read(i) for i in range(batch)]), launched.device)
+    trainer = Trainer(cfg, launched)
+    fn = lambda n: trainer.train_epoch([on_device] * n)   # noqa: E731
+    fn.trainer = trainer
+    return fn
+
+
 def reference_deepcam_step(reference: str, cfg: dict, batch: int, gen):
     """The reference's step as its trainer runs it (mlcommons/hpc@2c627d4
     deepcam/src/deepCam/driver/trainer.py:40-71): forward, CELoss, backward, optimizer
@@ -285,7 +304,7 @@ class Check:
     # -- step
     def part_step(self) -> None:
         warmup, steps = (1, 1) if self.dry else (5, 6)
-        for bench in ("deepcam", "cosmoflow"):
+        for bench in ("deepcam", "cosmoflow", "oc20"):
             log = self.work / f"step-{bench}.log"
             cmd = [sys.executable, __file__, "--child-step", bench, "--warmup", str(warmup), "--steps", str(steps),
                    *(["--dry"] if self.dry else []), *(["--reference", self.reference] if self.reference else []),
