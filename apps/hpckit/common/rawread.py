@@ -29,6 +29,7 @@ from __future__ import annotations
 import os
 import stat
 import threading
+import tokenize
 from dataclasses import dataclass
 from typing import Callable
 
@@ -37,6 +38,11 @@ import numpy as np
 from hpckit.common.errors import KitError
 
 NPY_MAX_HEADER = 1 << 16   # numpy's own limit on a header it parses without allow_pickle is 10000 bytes
+# what numpy's .npy header parsing raises on a damaged header: besides ValueError, a header cut
+# short by its length field is tokenize's TokenError (numpy retries it as a Python 2 header),
+# deep nesting RecursionError, a size beyond memory MemoryError (tests/fuzz.py found them)
+NPY_ERRORS = (ValueError, EOFError, SyntaxError, TypeError, OverflowError, RecursionError, MemoryError,
+              tokenize.TokenError)
 
 
 @dataclass(frozen=True)
@@ -110,7 +116,7 @@ def npy_extent(fd: int, path, size: int) -> Extent:
             shape, fortran, dtype = np.lib.format.read_array_header_2_0(f)
         else:
             raise ValueError(f"npy format version {version}")
-    except (ValueError, EOFError, SyntaxError, TypeError) as e:
+    except NPY_ERRORS as e:
         first = (str(e).splitlines() or [type(e).__name__])[0]
         raise KitError(f"{path}: not a readable .npy array ({first})") from None
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:

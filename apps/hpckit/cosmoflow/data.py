@@ -257,7 +257,7 @@ def _save_npy(path: Path, arr: np.ndarray) -> int:
 def _load_npy(path: Path) -> np.ndarray:
     try:
         return np.load(path, allow_pickle=False)
-    except (OSError, ValueError, EOFError) as e:
+    except (OSError, *rawread.NPY_ERRORS) as e:
         raise KitError(f"{path}: not a readable .npy array ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
 
 

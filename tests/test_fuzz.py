@@ -1,0 +1,72 @@
+"""The fuzzer (tests/fuzz.py, issue 41) in CI, its oracle, and what it found.
+
+* A seeded campaign of a few hundred cases over every format the kit reads: every case is
+  the data read or one KitError line naming the file (exit 2); nothing else.
+* The oracle: the same mutations through readers as unsafe as the kit's were before issue
+  41 (pickle.loads of the OC20 `length`, the LMDB mapped unchecked, json.load of a FIFO)
+  are findings: code run, a signal, a hang, a traceback.
+* Each finding the fuzzer made, fixed in the reader, as a test of its own.
+"""
+
+from __future__ import annotations
+
+import random
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import fuzz
+from hpckit.common.errors import KitError
+
+SIZE = fuzz.COSMO_SIZE
+
+
+# ---------------------------------------------------------------- what the fuzzer found
+
+def npy_split(tmp_path: Path, data: bytes | None = None, label: bytes | None = None):
+    """A one-sample CosmoFlow npy split, its files written here (valid unless given)."""
+    from hpckit.cosmoflow.data import SplitFiles
+    d, y = tmp_path / "s_data.npy", tmp_path / "s_label.npy"
+    np.save(d, np.ones((SIZE,) * 3 + (4,), np.int16))
+    np.save(y, np.zeros(4, np.float32))
+    if data is not None:
+        d.write_bytes(data)
+    if label is not None:
+        y.write_bytes(label)
+    return SplitFiles("train", "npy", [d], [y])
+
+
+def read_both(split):
+    """read_sample, then read_sample_into, of sample 0; the KitErrors they raise."""
+    from hpckit.cosmoflow import data
+    errors = []
+    for read in (lambda: data.read_sample(split, 0, SIZE),
+                 lambda: data.read_sample_into(split, 0, SIZE, np.empty((SIZE,) * 3 + (4,), np.int16),
+                                               np.empty(4, np.float32))):
+        with pytest.raises(KitError) as e:
+            read()
+        errors.append(str(e.value))
+    return errors
+
+
+@pytest.mark.parametrize("which", ["data", "label"])
+@pytest.mark.parametrize("damage", ["header length short", "deep nesting", "huge shape"])
+def test_a_damaged_npy_header_is_one_line_naming_the_file(tmp_path, which, damage):
+    """Found by the fuzzer: a header length field cut short made numpy re-read the header
+    as Python 2's and raise tokenize.TokenError, a traceback through read_sample and
+    read_sample_into (seed 2, case 83)."""
+    shape = (SIZE,) * 3 + (4,) if which == "data" else (4,)
+    descr = "<i2" if which == "data" else "<f4"
+    header = f"{{'descr': '{descr}', 'fortran_order': False, 'shape': {shape}, }}"
+    body = bytes(int(np.prod(shape)) * 2 if which == "data" else 16)
+    if damage == "header length short":
+        raw = fuzz.npy_build(header, body, hlen=len(header) - 10)
+    elif damage == "deep nesting":
+        raw = fuzz.npy_build(header.replace(str(shape), "(" * 3000 + ")" * 3000), body)
+    else:
+        raw = fuzz.npy_build(header.replace(str(shape), str((2 ** 40,) + shape[1:])), body)
+    split = npy_split(tmp_path, **{which: raw})
+    path = split.files[0] if which == "data" else split.labels[0]
+    for message in read_both(split):
+        assert message.startswith(f"{path}: ") and "\n" not in message, message
