@@ -340,3 +340,23 @@ def test_shared_node_prints_every_case():
         assert re.search(rf"^{case}\s+epochs [0-2].*epoch\s+({NUMBER} s|> 120 s \(none\))\s+cpu_wait_share\s+({NUMBER}|-) \(sampled\s+({NUMBER}|-)\)",
                          proc.stdout, re.M), (case, proc.stdout)
     assert "work directory kept" not in proc.stdout
+
+
+def test_feed_diag_compares_both_readers(tmp_path):
+    """bench/feed_diag.py (the issue-40 investigation): the loader alone with the legacy reader
+    and the kit's, a row each, on the CPU (--quick); --out refuses an existing directory."""
+    out = tmp_path / "diag"
+    proc = subprocess.run([sys.executable, str(REPO / "bench" / "feed_diag.py"), "--quick", "--parts", "loader",
+                           "--threads", "1", "--seconds", "0.3", "--out", str(out)],
+                          capture_output=True, text=True, timeout=600, cwd=REPO)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    for bench in ("deepcam", "cosmoflow"):
+        for reader in ("legacy", "raw"):
+            assert re.search(rf"^loader {bench} +{reader} +threads  1: +{NUMBER} samples/s; per sample user +{NUMBER} ms",
+                             proc.stdout, re.M), proc.stdout
+    rows = json.loads((out / "feed_diag.json").read_text())
+    assert len(rows) == 4 and all(r["samples_per_s"] > 0 for r in rows)
+    again = subprocess.run([sys.executable, str(REPO / "bench" / "feed_diag.py"), "--quick", "--out", str(out)],
+                           capture_output=True, text=True, timeout=60, cwd=REPO)
+    assert again.returncode == 2 and again.stderr.strip().count("\n") == 0 and str(out) in again.stderr, again.stderr
+
