@@ -70,3 +70,52 @@ def test_a_damaged_npy_header_is_one_line_naming_the_file(tmp_path, which, damag
     path = split.files[0] if which == "data" else split.labels[0]
     for message in read_both(split):
         assert message.startswith(f"{path}: ") and "\n" not in message, message
+
+
+def run_limited(code: str, *args, memory: int = 2 << 30, timeout: float = 120):
+    """`code` in a fresh interpreter under an address-space limit (a reader that reads an
+    endless file fails there, not the machine)."""
+    import resource
+    import subprocess
+    import sys
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    return subprocess.run([sys.executable, "-c", code, *map(str, args)], capture_output=True, text=True,
+                          timeout=timeout, preexec_fn=limit, cwd=fuzz.REPO)
+
+
+READ_SPLIT = """
+import sys
+from hpckit.cosmoflow import data
+from hpckit.common.errors import KitError
+try:
+    data.find_dataset(sys.argv[1], 1, 1)
+except KitError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+@pytest.mark.parametrize("target", ["/dev/zero", "fifo"])
+def test_a_file_list_that_is_no_regular_file_is_one_line_naming_it(tmp_path, target):
+    """Found by the fuzzer: files_data.lst linked to /dev/zero was read until memory ran
+    out (a MemoryError traceback under its limit; on a node, all its memory)."""
+    import os
+    for split in ("train", "validation"):
+        split_dir = tmp_path / split
+        split_dir.mkdir()
+        np.save(split_dir / "a_data.npy", np.ones((SIZE,) * 3 + (4,), np.int16))
+        np.save(split_dir / "a_label.npy", np.zeros(4, np.float32))
+        (split_dir / "files_label.lst").write_text("a_label.npy\n")
+        (split_dir / "files_data.lst").write_text("a_data.npy\n")
+    victim = tmp_path / "train" / "files_data.lst"
+    victim.unlink()
+    if target == "fifo":
+        os.mkfifo(victim)
+    else:
+        victim.symlink_to(target)
+    proc = run_limited(READ_SPLIT, tmp_path)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {victim}: file list: not a "
+                                                                            "regular file"), proc.stderr[-2000:]

@@ -56,12 +56,10 @@ class SplitFiles:
 
 
 def _read_list(path: Path) -> list[str]:
-    try:
-        return [line.strip() for line in path.read_text().splitlines() if line.strip()]
-    except OSError as e:
-        raise KitError(f"{path}: cannot read file list ({e.strerror})")
-    except UnicodeDecodeError as e:
-        raise KitError(f"{path}: file list is not UTF-8 text (byte {e.start})")
+    # the kit's reader of text: a regular file, bounded (a list linked to /dev/zero was read
+    # until memory ran out: tests/fuzz.py), UTF-8, one line naming it
+    from hpckit.common.inputs import read_text
+    return [line.strip() for line in read_text(path, f"{path}: file list").splitlines() if line.strip()]
 
 
 def find_split(root: Path, split: str, n_samples: int, config_key: str) -> SplitFiles:
