@@ -119,3 +119,24 @@ def test_a_file_list_that_is_no_regular_file_is_one_line_naming_it(tmp_path, tar
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1 and lines[0].startswith(f"error: {victim}: file list: not a "
                                                                             "regular file"), proc.stderr[-2000:]
+
+
+@pytest.mark.parametrize("y", [b"\0" * 16, [b"a", b"b"], "no kind"])
+def test_a_tfrecord_whose_y_is_not_numbers_is_one_line_naming_the_file(tmp_path, y):
+    """Found by the fuzzer: a y feature of bytes was np.asarray(..., float32)'s ValueError
+    traceback (seed 2, case 658)."""
+    from hpckit.common import tfrecord
+    from hpckit.cosmoflow.data import SplitFiles
+    x = np.ones((SIZE,) * 3 + (4,), "<i2").tobytes()
+    path = tmp_path / "a.tfrecord"
+    if y == "no kind":   # a Feature with none of bytes_list, float_list, int64_list set
+        payload = tfrecord.encode_example({"x": x, "y": np.zeros(4, np.float32)})
+        tree = fuzz.pb_parse(payload)
+        for entry in tree[0]["value"]:
+            if entry["value"][0]["value"] == b"y":
+                entry["value"][1]["value"] = []
+        path.write_bytes(fuzz.tfr_frame(fuzz.pb_encode(tree)))
+    else:
+        tfrecord.write_example_file(path, {"x": x, "y": y}, compression=None)
+    for message in read_both(SplitFiles("train", "tfrecord", [path])):
+        assert message.startswith(f"{path}: feature y is not a float feature"), message

@@ -132,9 +132,12 @@ def read_sample(split: SplitFiles, index: int, size: int) -> tuple[np.ndarray, n
         example = tfrecord.read_example_file(path, compression="AUTO")
         if "x" not in example or "y" not in example:
             raise KitError(f"{path}: TFRecord example lacks feature {'x' if 'x' not in example else 'y'}")
-        raw, y = example["x"], np.asarray(example["y"], dtype=np.float32)
+        raw, y = example["x"], example["y"]
         if not isinstance(raw, (bytes, bytearray, memoryview)):
             raise KitError(f"{path}: feature x is not a bytes feature")
+        if not isinstance(y, np.ndarray):   # bytes, or a feature of no kind ([])
+            raise KitError(f"{path}: feature y is not a float feature (a {'bytes' if y else 'empty'} feature)")
+        y = y.astype(np.float32)
         if len(raw) != np.prod(shape) * 2:
             raise KitError(f"{path}: feature x has {len(raw)} bytes, expected {np.prod(shape) * 2} "
                            f"(int16 {'x'.join(map(str, shape))})")
