@@ -140,3 +140,23 @@ def test_a_tfrecord_whose_y_is_not_numbers_is_one_line_naming_the_file(tmp_path,
         tfrecord.write_example_file(path, {"x": x, "y": y}, compression=None)
     for message in read_both(SplitFiles("train", "tfrecord", [path])):
         assert message.startswith(f"{path}: feature y is not a float feature"), message
+
+
+def mllog_line(key, value=None, **meta):
+    import json
+    return ":::MLLOG " + json.dumps({"namespace": "", "time_ms": 1000, "event_type": "POINT_IN_TIME", "key": key,
+                                     "value": value, "metadata": meta})
+
+
+@pytest.mark.parametrize("strict", [True, False])
+def test_a_log_line_nested_past_json_recursion_is_a_mangled_line(tmp_path, strict):
+    """Found by the fuzzer: a :::MLLOG line nested 200,000 deep was json's RecursionError,
+    a traceback through parse_log (seed 2, case 212); it is a mangled line, skipped as a cut one."""
+    from hpckit.results.logs import parse_log
+    path = tmp_path / "mlperf.log"
+    deep = ":::MLLOG " + '{"key": "eval_accuracy", "value": ' + "[" * 200000 + "]" * 200000 + "}"
+    path.write_text("\n".join([mllog_line("submission_benchmark", "deepcam"), mllog_line("run_start"), deep,
+                               mllog_line("eval_accuracy", 0.9, epoch_num=1), mllog_line("run_stop", status="success"),
+                               ""]))
+    run = parse_log(path, strict=strict)
+    assert run.metric_value == 0.9 and run.converged and run.epochs == 1
