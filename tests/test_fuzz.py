@@ -160,3 +160,18 @@ def test_a_log_line_nested_past_json_recursion_is_a_mangled_line(tmp_path, stric
                                ""]))
     run = parse_log(path, strict=strict)
     assert run.metric_value == 0.9 and run.converged and run.epochs == 1
+
+
+@pytest.mark.parametrize("value", ["[" * 20000 + "]" * 20000, "2026-02-30", "!!timestamp 2026-13-45", "!!float x"])
+def test_a_config_value_yaml_cannot_build_is_one_line_naming_the_file(tmp_path, value):
+    """Found by the fuzzer: a value nested past PyYAML's recursion was a RecursionError
+    traceback through load_config (seed 2, case 62); a date that does not exist (2026-02-30)
+    or a tag whose text is no number was yaml's ValueError, the same."""
+    from hpckit.common.config import load_config
+    path = tmp_path / "mine.yaml"
+    path.write_text(f"base: mini\ndata:\n  n_train: {value}\n")
+    with pytest.raises(KitError) as e:
+        load_config("deepcam", str(path))
+    assert str(e.value).startswith(f"config file {path}: not valid YAML"), e.value
+    with pytest.raises(KitError, match=r"^--set 'data.n_train=.*': value is not a valid YAML scalar$"):
+        load_config("deepcam", "mini", [f"data.n_train={value}"])

@@ -37,6 +37,9 @@ def _read_yaml(path: Path, what: str) -> dict:
         mark = getattr(e, "problem_mark", None)
         where = f" line {mark.line + 1}" if mark is not None else ""
         raise KitError(f"{what} {path}:{where} not valid YAML")
+    except (ValueError, RecursionError) as e:   # a date 2026-02-30, !!float x; nesting past the parser's recursion
+        raise KitError(f"{what} {path}: not valid YAML ({(str(e).splitlines() or [type(e).__name__])[0][:200]})") \
+            from None
     if not isinstance(data, dict):
         raise KitError(f"{what} {path}: expected a mapping of sections, got {type(data).__name__}")
     return data
@@ -110,8 +113,8 @@ def parse_overrides(items: Iterable[str]) -> dict:
             raise KitError(f"--set {item!r}: empty key")
         try:
             value = yaml.safe_load(raw)
-        except yaml.YAMLError:
-            raise KitError(f"--set {item!r}: value is not a valid YAML scalar")
+        except (yaml.YAMLError, ValueError, RecursionError):
+            raise KitError(f"--set {item!r}: value is not a valid YAML scalar") from None
         node = nested
         parts = key.split(".")
         for part in parts[:-1]:
