@@ -175,3 +175,58 @@ def test_a_config_value_yaml_cannot_build_is_one_line_naming_the_file(tmp_path, 
     assert str(e.value).startswith(f"config file {path}: not valid YAML"), e.value
     with pytest.raises(KitError, match=r"^--set 'data.n_train=.*': value is not a valid YAML scalar$"):
         load_config("deepcam", "mini", [f"data.n_train={value}"])
+
+
+def deepcam_files(tmp_path: Path) -> tuple[Path, Path]:
+    """A DeepCAM sample file and a stats.h5 as datagen writes them, at 16 x 24 x 16."""
+    import h5py
+    h, w, c = fuzz.DEEPCAM_HWC
+    sample, stats = tmp_path / "data-1.h5", tmp_path / "stats.h5"
+    with h5py.File(sample, "w") as f:
+        f.create_dataset("climate/data", data=np.ones((h, w, c), np.float32))
+        f.create_dataset("climate/labels_0", data=np.zeros((h, w), np.float32))
+    with h5py.File(stats, "w") as f:
+        for key in ("count", "mean", "sqmean", "minval", "maxval"):
+            f.create_dataset(f"climate/{key}", data=np.full(c, 2.0 if key == "maxval" else 1.0))
+    return sample, stats
+
+
+def damage_h5(path: Path, how: str, name: str) -> None:
+    """`name` in the file `path` made unreadable: its object header's version byte garbled
+    (as a flipped byte does), a soft link to itself, or an external link to no file."""
+    import h5py
+    if how == "object header":
+        with h5py.File(path, "r") as f:
+            addr = h5py.h5o.get_info(f[name].id).addr
+        raw = bytearray(path.read_bytes())
+        raw[addr] = 0x7F
+        path.write_bytes(bytes(raw))
+        return
+    with h5py.File(path, "a") as f:
+        del f[name]
+        f[name] = h5py.SoftLink(f"/{name}") if how == "soft link loop" else h5py.ExternalLink("missing.h5", f"/{name}")
+
+
+@pytest.mark.parametrize("how", ["object header", "soft link loop", "external link"])
+@pytest.mark.parametrize("which", ["sample", "stats"])
+def test_a_damaged_hdf5_object_is_one_line_naming_the_file(tmp_path, how, which):
+    """Found by the fuzzer: h5py raises KeyError ('bad object header version number', an
+    external link's "can't open file") and RuntimeError ('too many links', a damaged local
+    heap) besides OSError; read_raw, read_raw_into and load_stats caught OSError only, so each
+    was a traceback (seed 2, cases 201, 255, 282, 876)."""
+    from hpckit.deepcam import data
+    h, w, c = fuzz.DEEPCAM_HWC
+    sample, stats = deepcam_files(tmp_path)
+    if which == "stats":
+        damage_h5(stats, how, "climate/mean")
+        with pytest.raises(KitError) as e:
+            data.load_stats(tmp_path, c)
+        assert str(e.value).startswith(f"{stats}: stats.h5 is not a readable HDF5 file ("), e.value
+        return
+    damage_h5(sample, how, "climate/data")
+    for read in (lambda: data.read_raw(sample, h, w, c),
+                 lambda: data.read_raw_into(sample, np.empty((h, w, c), np.float32), np.empty((h, w), np.uint8),
+                                            h, w, c)):
+        with pytest.raises(KitError) as e:
+            read()
+        assert str(e.value).startswith(f"{sample}: "), e.value

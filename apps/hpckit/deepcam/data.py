@@ -57,8 +57,15 @@ class DeepCamFiles:
         return DeepCamFiles(self.split, [Path(new_dir) / f.name for f in self.files])
 
 
+# what h5py raises on a damaged file besides OSError: a damaged object header or an external
+# link to a file that is not there is a KeyError, a damaged local heap or a soft link loop a
+# RuntimeError (tests/fuzz.py found each as a traceback)
+H5_ERRORS = (OSError, KeyError, RuntimeError, ValueError, TypeError)
+
+
 def _h5_error(e: BaseException) -> str:
-    text = str(e).splitlines()[0] if str(e) else type(e).__name__
+    text = e.args[0] if isinstance(e, KeyError) and e.args and isinstance(e.args[0], str) else str(e)
+    text = text.splitlines()[0] if text else type(e).__name__
     return text.strip()
 
 
@@ -104,8 +111,8 @@ def load_stats(root: str | os.PathLike, n_channels: int = 16) -> dict[str, np.nd
                 if name not in f or not isinstance(f[name], h5py.Dataset):
                     raise KitError(f"{path}: stats.h5 lacks dataset '{name}'")
                 out[key] = np.asarray(f[name][()])
-    except OSError as e:
-        raise KitError(f"{path}: stats.h5 is not a readable HDF5 file ({_h5_error(e)})")
+    except H5_ERRORS as e:
+        raise KitError(f"{path}: stats.h5 is not a readable HDF5 file ({_h5_error(e)})") from None
     count = out["count"]
     if not (count.ndim == 0 or count.shape == (n_channels,)) or not np.all(np.isfinite(count)) \
             or np.any(count <= 0):
@@ -182,8 +189,8 @@ def read_raw(path: Path, height: int, width: int, n_channels: int,
                 raise KitError(f"{path}: data / labels are {dset.dtype} / {lset.dtype}, expected numbers")
             data = dset[...]
             labels = lset[...]
-    except OSError as e:
-        raise KitError(f"{path}: not a readable HDF5 file ({_h5_error(e)})")
+    except H5_ERRORS as e:
+        raise KitError(f"{path}: not a readable HDF5 file ({_h5_error(e)})") from None
     with np.errstate(over="ignore", invalid="ignore"):   # beyond float32: inf, reported below
         data = data.astype(np.float32, copy=False)
     if not np.isfinite(data).all():
