@@ -221,7 +221,8 @@ def test_a_damaged_hdf5_object_is_one_line_naming_the_file(tmp_path, how, which)
         damage_h5(stats, how, "climate/mean")
         with pytest.raises(KitError) as e:
             data.load_stats(tmp_path, c)
-        assert str(e.value).startswith(f"{stats}: stats.h5 is not a readable HDF5 file ("), e.value
+        expect = "is not a readable HDF5 file (" if how == "object header" else "'climate/mean' is a "
+        assert str(e.value).startswith(f"{stats}: stats.h5 {expect}"), e.value
         return
     damage_h5(sample, how, "climate/data")
     for read in (lambda: data.read_raw(sample, h, w, c),
@@ -230,3 +231,58 @@ def test_a_damaged_hdf5_object_is_one_line_naming_the_file(tmp_path, how, which)
         with pytest.raises(KitError) as e:
             read()
         assert str(e.value).startswith(f"{sample}: "), e.value
+
+
+READ_DEEPCAM = """
+import sys
+from pathlib import Path
+import numpy as np
+from hpckit.deepcam import data
+from hpckit.common.errors import KitError
+root, how = Path(sys.argv[1]), sys.argv[2]
+h, w, c = 16, 24, 16
+try:
+    if how == "stats":
+        data.load_stats(root, c)
+    elif how == "read_raw":
+        data.read_raw(root / "data-1.h5", h, w, c)
+    else:
+        data.read_raw_into(root / "data-1.h5", np.empty((h, w, c), np.float32), np.empty((h, w), np.uint8), h, w, c)
+except KitError as e:
+    print(f"error: {e}", file=sys.stderr)
+    sys.exit(2)
+"""
+
+
+@pytest.mark.parametrize("how", ["read_raw", "read_raw_into", "stats"])
+@pytest.mark.parametrize("kind", ["external link", "external storage", "virtual", "soft link"])
+def test_an_hdf5_dataset_stored_elsewhere_is_refused_before_it_is_opened(tmp_path, how, kind):
+    """Found by the fuzzer: a dataset that is an external link, or whose data lies in external
+    storage, to a FIFO blocked read_raw, read_raw_into and load_stats forever (HDF5 opens the
+    other path to read it; seed 3, cases 822, 1137, 1461). A dataset is read from the file itself."""
+    import os
+
+    import h5py
+    h, w, c = fuzz.DEEPCAM_HWC
+    sample, stats = deepcam_files(tmp_path)
+    os.mkfifo(tmp_path / "fifo")
+    path, name = (stats, "climate/mean") if how == "stats" else (sample, "climate/data")
+    with h5py.File(path, "a") as f:
+        shape, dtype = f[name].shape, f[name].dtype
+        del f[name]
+        if kind == "external link":
+            f[name] = h5py.ExternalLink(str(tmp_path / "fifo"), "/x")
+        elif kind == "soft link":
+            f[name + "_"] = np.ones(shape, dtype)
+            f[name] = h5py.SoftLink("/" + name + "_")
+        elif kind == "external storage":
+            size = dtype.itemsize * int(np.prod(shape))
+            f.create_dataset(name, shape=shape, dtype=dtype, external=[(str(tmp_path / "fifo"), 0, size)])
+        else:
+            layout = h5py.VirtualLayout(shape=shape, dtype=dtype)
+            layout[...] = h5py.VirtualSource(str(tmp_path / "fifo"), "x", shape=shape)
+            f.create_virtual_dataset(name, layout)
+    proc = run_limited(READ_DEEPCAM, tmp_path, how, timeout=60)
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
+    assert lines[0].startswith(f"error: {path}: {'stats.h5 ' if how == 'stats' else ''}'{name}' is "), lines

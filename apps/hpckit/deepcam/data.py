@@ -63,6 +63,29 @@ class DeepCamFiles:
 H5_ERRORS = (OSError, KeyError, RuntimeError, ValueError, TypeError)
 
 
+def _in_file(f, key: str, where: str) -> None:
+    """KitError unless `key` of the open h5py File `f` is a dataset stored in the file itself:
+    reached through hard links only, not virtual, no external raw storage. A link to another
+    file, a virtual dataset or external storage makes HDF5 open another path, which may be a
+    FIFO that blocks the reader forever (tests/fuzz.py) or a file the data set does not hold.
+    A key that is not there is left to the caller to name."""
+    import h5py
+    group = f
+    for part in key.split("/"):
+        link = group.get(part, getlink=True)
+        if link is None:
+            return
+        if not isinstance(link, h5py.HardLink):
+            kind = "a link to another file" if isinstance(link, h5py.ExternalLink) else "a soft link"
+            raise KitError(f"{where} '{key}' is {kind}: the kit reads data stored in the file itself")
+        group = group[part]
+    if isinstance(group, h5py.Dataset):
+        plist = group.id.get_create_plist()
+        if plist.get_layout() == h5py.h5d.VIRTUAL or plist.get_external_count():
+            raise KitError(f"{where} '{key}' is stored in other files (a virtual dataset or external storage): "
+                           "the kit reads data stored in the file itself")
+
+
 def _h5_error(e: BaseException) -> str:
     text = e.args[0] if isinstance(e, KeyError) and e.args and isinstance(e.args[0], str) else str(e)
     text = text.splitlines()[0] if text else type(e).__name__
@@ -108,6 +131,7 @@ def load_stats(root: str | os.PathLike, n_channels: int = 16) -> dict[str, np.nd
         with h5py.File(path, "r") as f:
             for key in STATS_KEYS:
                 name = f"climate/{key}"
+                _in_file(f, name, f"{path}: stats.h5")
                 if name not in f or not isinstance(f[name], h5py.Dataset):
                     raise KitError(f"{path}: stats.h5 lacks dataset '{name}'")
                 out[key] = np.asarray(f[name][()])
@@ -171,6 +195,7 @@ def read_raw(path: Path, height: int, width: int, n_channels: int,
     try:
         with h5py.File(path, "r") as f:
             for key in (DATA_KEY, LABEL_KEY):
+                _in_file(f, key, f"{path}:")
                 if key not in f or not isinstance(f[key], h5py.Dataset):
                     raise KitError(f"{path}: HDF5 file lacks dataset '{key}'")
             dset, lset = f[DATA_KEY], f[LABEL_KEY]
@@ -213,6 +238,8 @@ def _h5_layout(path, fd: int, size: int):
     import h5py
     try:
         with h5py.File(path, "r") as f:
+            for key in (DATA_KEY, LABEL_KEY):
+                _in_file(f, key, f"{path}:")   # before f.get follows a link
             dset, lset = (f.get(key) for key in (DATA_KEY, LABEL_KEY))
             if not (isinstance(dset, h5py.Dataset) and isinstance(lset, h5py.Dataset)):
                 return None
