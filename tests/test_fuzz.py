@@ -286,3 +286,33 @@ def test_an_hdf5_dataset_stored_elsewhere_is_refused_before_it_is_opened(tmp_pat
     lines = proc.stderr.strip().splitlines()
     assert proc.returncode == 2 and len(lines) == 1, proc.stderr[-2000:]
     assert lines[0].startswith(f"error: {path}: {'stats.h5 ' if how == 'stats' else ''}'{name}' is "), lines
+
+
+@pytest.mark.parametrize("bench, key, value, expected", [
+    ("deepcam", "train.class_frequencies", "[0.9, 0.05, [0.05]]", "'train.class_frequencies[2]' in config file "
+                                                                  "{path}: expected a number, got [0.05]"),
+    ("deepcam", "model.aspp_rates", "[6, 12.5, 18]", "'model.aspp_rates[1]' in config file {path}: expected an "
+                                                     "integer, got 12.5"),
+    ("oc20", "optimizer.betas", "[0.9, text]", "'optimizer.betas[1]' in config file {path}: expected a number, "
+                                               "got 'text'"),
+    ("deepcam", "model.aspp_rates", "[3, 6, 9]", [3, 6, 9]),
+    ("oc20", "optimizer.betas", "[0, 0.5]", [0.0, 0.5]),
+])
+def test_a_list_of_numbers_in_a_config_takes_numbers_only(tmp_path, bench, key, value, expected):
+    """Found by the fuzzer: a config list of numbers holding a list (class_frequencies: [.., [..]])
+    passed load_config and was a TypeError traceback in DeepCAM's validate_config (seed 3,
+    case 1151): the items of a list of numbers keep their type as every other value does."""
+    import importlib
+
+    from hpckit.common.config import load_config
+    section, name = key.split(".")
+    path = tmp_path / "mine.yaml"
+    path.write_text(f"base: mini\n{section}:\n  {name}: {value}\n")
+    if isinstance(expected, list):   # numbers are taken, an int where the base has floats as a float
+        cfg = load_config(bench, str(path))
+        importlib.import_module(f"hpckit.{bench}.train").validate_config(cfg)
+        assert cfg[section][name] == expected and [type(v) for v in cfg[section][name]] == [type(v) for v in expected]
+        return
+    with pytest.raises(KitError) as e:
+        load_config(bench, str(path))
+    assert str(e.value) == f"config key {expected.format(path=path)}"

@@ -91,6 +91,9 @@ def _coerce(old: Any, new: Any, dotted: str, source: str) -> Any:
     if isinstance(old, list):
         if not isinstance(new, list):
             raise KitError(f"config key '{dotted}' in {source}: expected a list, got {new!r}")
+        kinds = {type(v) for v in old}
+        if len(kinds) == 1 and kinds <= {int, float}:   # a list of numbers: each item keeps the type
+            return [_coerce(old[0], v, f"{dotted}[{i}]", source) for i, v in enumerate(new)]
         return new
     if isinstance(old, str):
         if old == "auto" and isinstance(new, bool):   # an auto | true | false key
