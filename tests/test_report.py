@@ -299,9 +299,10 @@ def test_report_of_mini_runs_with_real_reframe_perflog(deepcam_runs, tmp_path_fa
         assert float(cell(row, "throughput")["value"]) == pytest.approx(summary["train_samples_per_s"], rel=0.05)
 
     perf = {r["cells"][2]["text"] for r in t.tables["perflog"]}
-    assert perf == {"time_to_train", "staging_time", "train_throughput", "eval_throughput", "epochs",
-                    "peak_memory", "epoch_read", "staging_read_bandwidth", "allreduce_share", "flops_per_rank",
-                    "cpu_wait", "input_wait"}
+    # and the CPU packages' energy where this machine's RAPL counters are readable (root, Intel/AMD)
+    assert perf - {"cpu_energy", "cpu_power"} == {
+        "time_to_train", "staging_time", "train_throughput", "eval_throughput", "epochs", "peak_memory",
+        "epoch_read", "staging_read_bandwidth", "allreduce_share", "flops_per_rank", "cpu_wait", "input_wait"}
     # each run's recorded stack (summary.json): one stack for both runs, with its packages
     from hpckit.common.provenance import stack, stack_digest
     prov = t.tables["provenance"]
