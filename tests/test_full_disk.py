@@ -181,3 +181,50 @@ def test_results_commands_onto_a_full_disk(tiny, full_fs, tmp_path):
     assert len(lines) == 1 and "compliance.txt" in lines[0] and "No space left on device" in lines[0], lines
     assert proc.stdout.startswith(f"COMPLIANT: {log}")
     assert snapshot(fs) == before
+
+
+@pytest.fixture
+def mount_point(tmp_path):
+    """An empty read-only tmpfs mounted on tmp_path/mnt."""
+    where = tmp_path / "mnt"
+    if os.geteuid() != 0 or not _mount(where, "1m"):
+        if os.environ.get("CI") == "true":
+            pytest.fail("cannot mount a tmpfs under CI (these tests need root)")
+        pytest.skip("mounting a tmpfs needs root")
+    subprocess.run(["mount", "-o", "remount,ro", str(where)], check=True)
+    try:
+        yield where
+    finally:
+        subprocess.run(["umount", "-l", str(where)], check=False)
+
+
+def test_a_report_into_a_mount_point_is_one_line(tiny, mount_point):
+    """`hpckit report RUN --out MOUNT`, an empty read-only file system's mount point: one line
+    and exit 2 before any work (it was an EBUSY traceback from the rename of the finished
+    report, issue 41); nothing is left beside it."""
+    proc = run_hpckit("report", tiny / "run", "--out", mount_point)
+    assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr[-3000:]
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1 and str(mount_point) in lines[0] and "mount point" in lines[0], proc.stderr
+    assert sorted(p.name for p in mount_point.parent.iterdir()) == ["mnt"] and not list(mount_point.iterdir())
+
+
+def test_a_directory_output_that_becomes_a_mount_point_is_one_line(tmp_path):
+    """The rename onto a directory mounted over while the output was built (EBUSY): one
+    KitError naming it, the output built beside it removed."""
+    from hpckit.common.errors import KitError
+    from hpckit.common.fileio import staged_dir
+    target = tmp_path / "out"
+    target.mkdir()
+    if os.geteuid() != 0:
+        if os.environ.get("CI") == "true":
+            pytest.fail("cannot mount a tmpfs under CI (these tests need root)")
+        pytest.skip("mounting a tmpfs needs root")
+    try:
+        with pytest.raises(KitError, match="out: a mount point"):
+            with staged_dir(target, "--out", "writes") as tmp:
+                (tmp / "index.html").write_text("x")
+                assert subprocess.run(["mount", "-t", "tmpfs", "-o", "size=1m", "none", str(target)]).returncode == 0
+        assert sorted(p.name for p in tmp_path.iterdir()) == ["out"]
+    finally:
+        subprocess.run(["umount", "-l", str(target)], check=False)

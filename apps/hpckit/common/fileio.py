@@ -237,6 +237,9 @@ def check_new_dir(path: str | os.PathLike, what: str, purpose: str) -> Path:
     if not str(path) or path.name in ("", ".", ".."):
         raise KitError(f"{what} {path}: name a directory to create")
     _refuse_filled(path, what, purpose)
+    if path.is_dir() and os.path.ismount(path):   # refused before the work, not at its end
+        raise KitError(f"{what} {path}: a mount point: the output is built beside it and moved into place, "
+                       "which a mount point refuses; name a new directory inside it")
     parent = path.parent
     if not parent.is_dir():
         if parent.exists():
@@ -269,6 +272,9 @@ def staged_dir(path: str | os.PathLike, what: str, purpose: str):
             if e.errno in (errno.ENOTEMPTY, errno.EEXIST, errno.ENOTDIR, errno.EISDIR):
                 raise KitError(f"{what} {path}: was filled by something else while this command wrote; "
                                "not replaced") from None
+            if e.errno in (errno.EBUSY, errno.EXDEV):   # a mount point: never replaced by a rename
+                raise KitError(f"{what} {path}: a mount point (or on another file system than its parent): "
+                               "the output cannot be moved into place; name a new directory inside it") from None
             raise
     except BaseException as e:
         shutil.rmtree(tmp, ignore_errors=True)
