@@ -101,6 +101,13 @@ def read_into(fd: int, path, extent: Extent, out: np.ndarray, what: str) -> None
         done += got
 
 
+def npy_error(e: BaseException) -> str:
+    """numpy's complaint in a few words: its first line, at most 200 characters (numpy quotes
+    the whole header it could not parse, thousands of characters of a damaged one)."""
+    first = (str(e).splitlines() or [type(e).__name__])[0]
+    return first if len(first) <= 200 else first[:197] + "..."
+
+
 def npy_extent(fd: int, path, size: int) -> Extent:
     """The data extent of the .npy file open as `fd` (read with pread, no pickle: an object
     dtype, a Fortran-order array or a header numpy does not parse is one KitError naming the
@@ -117,8 +124,7 @@ def npy_extent(fd: int, path, size: int) -> Extent:
         else:
             raise ValueError(f"npy format version {version}")
     except NPY_ERRORS as e:
-        first = (str(e).splitlines() or [type(e).__name__])[0]
-        raise KitError(f"{path}: not a readable .npy array ({first})") from None
+        raise KitError(f"{path}: not a readable .npy array ({npy_error(e)})") from None
     if dtype.hasobject or dtype.fields is not None or dtype.subdtype is not None:
         raise KitError(f"{path}: .npy array of dtype {dtype}: only plain numbers are read")
     if fortran and len(shape) > 1:

@@ -259,7 +259,7 @@ def _load_npy(path: Path) -> np.ndarray:
     try:
         return np.load(path, allow_pickle=False)
     except (OSError, *rawread.NPY_ERRORS) as e:
-        raise KitError(f"{path}: not a readable .npy array ({str(e).splitlines()[0] if str(e) else type(e).__name__})")
+        raise KitError(f"{path}: not a readable .npy array ({rawread.npy_error(e)})") from None
 
 
 def transform(x: np.ndarray, apply_log: bool) -> np.ndarray:
