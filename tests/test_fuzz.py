@@ -318,3 +318,20 @@ def test_a_list_of_numbers_in_a_config_takes_numbers_only(tmp_path, bench, key, 
     with pytest.raises(KitError) as e:
         load_config(bench, str(path))
     assert str(e.value) == f"config key {expected.format(path=path)}"
+
+
+@pytest.mark.parametrize("field", ["perf_value", "job_completion_time"])
+def test_a_perflog_value_is_shown_in_a_few_words(tmp_path, field):
+    """Found by the fuzzer: a bad perf_value or time was quoted whole in the error, a line of
+    5,000 or 16,000 characters (seed 4, cases 583, 1051)."""
+    from hpckit.results.perflog import read_perflogs
+    row = {"job_completion_time": "2026-11-21T11:46:33", "display_name": "DeepCAMCheck", "perf_var": "epochs",
+           "perf_value": "7"}
+    row[field] = "9" * 5000
+    path = tmp_path / "Check.log"
+    path.write_text("|".join(row) + "\n" + "|".join(row.values()) + "\n")
+    with pytest.raises(KitError) as e:
+        read_perflogs([str(path)])
+    message = str(e.value)
+    assert message.startswith(f"--perflog {path}: line 2: bad value or time (") and "'9999" in message, message
+    assert len(message) < 300, f"{len(message)} characters"

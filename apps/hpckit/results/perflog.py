@@ -70,7 +70,7 @@ def read_perflogs(args_paths: list[str], option: str = "--perflog") -> list[dict
                     when = when.astimezone().replace(tzinfo=None)
             except (ValueError, OverflowError):
                 raise KitError(f"{option} {path}: line {n}: bad value or time "
-                               f"({rec['perf_value']!r}, {rec['job_completion_time']!r}); perf_value must be "
+                               f"({rec['perf_value']!r:.60}, {rec['job_completion_time']!r:.60}); perf_value must be "
                                "a finite number") from None
             name, *params = rec["display_name"].split(" %")
             rows.append({"file": str(path), "system": system_partition, "time": when,
