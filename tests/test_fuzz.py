@@ -335,3 +335,17 @@ def test_a_perflog_value_is_shown_in_a_few_words(tmp_path, field):
     message = str(e.value)
     assert message.startswith(f"--perflog {path}: line 2: bad value or time (") and "'9999" in message, message
     assert len(message) < 300, f"{len(message)} characters"
+
+
+@pytest.mark.parametrize("text", ["data:\n  n_train: {long}\n", "base: {long}\n", "data:\n  ? {long}\n  : 1\n",
+                                  "data:\n  shuffle: {long}\n", "data:\n  loader_workers: {long}\n"])
+def test_a_config_value_is_shown_in_a_few_words(tmp_path, text):
+    """Found by the fuzzer: a wrong value was quoted whole in the error, a line of 5,000
+    characters (seed 4, case 1763); a key likewise."""
+    from hpckit.common.config import load_config
+    path = tmp_path / "mine.yaml"
+    path.write_text(("base: mini\n" if not text.startswith("base") else "") + text.format(long="y" * 5000))
+    with pytest.raises(KitError) as e:
+        load_config("deepcam", str(path))
+    assert f"config file {path}" in str(e.value) and "yyy" in str(e.value), e.value
+    assert len(str(e.value)) < len(str(path)) + 250, f"{len(str(e.value))} characters: {str(e.value)[:300]}"

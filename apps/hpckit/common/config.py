@@ -49,7 +49,7 @@ def _merge(base: dict, override: dict, source: str, prefix: str = "") -> None:
     for key, value in override.items():
         dotted = f"{prefix}{key}"
         if key not in base:
-            raise KitError(f"unknown config key '{dotted}' in {source}")
+            raise KitError(f"unknown config key '{dotted:.100}' in {source}")
         base[key] = _coerce(base[key], value, dotted, source)
 
 
@@ -62,10 +62,10 @@ def _coerce(old: Any, new: Any, dotted: str, source: str) -> Any:
     if dotted in AUTO_OR_COUNT:
         if new == "auto" or (isinstance(new, int) and not isinstance(new, bool) and new >= 0):
             return new
-        raise KitError(f"config key '{dotted}' in {source}: expected auto or a count >= 0, got {new!r}")
+        raise KitError(f"config key '{dotted}' in {source}: expected auto or a count >= 0, got {new!r:.60}")
     if isinstance(old, dict):
         if not isinstance(new, dict):
-            raise KitError(f"config key '{dotted}' in {source}: expected a mapping, got {new!r}")
+            raise KitError(f"config key '{dotted}' in {source}: expected a mapping, got {new!r:.60}")
         if dotted.endswith("decay_schedule"):  # free-form epoch -> factor mapping
             return dict(new)
         merged = copy.deepcopy(old)
@@ -73,7 +73,7 @@ def _coerce(old: Any, new: Any, dotted: str, source: str) -> Any:
         return merged
     if isinstance(old, bool):
         if not isinstance(new, bool):
-            raise KitError(f"config key '{dotted}' in {source}: expected true/false, got {new!r}")
+            raise KitError(f"config key '{dotted}' in {source}: expected true/false, got {new!r:.60}")
         return new
     if isinstance(old, float):
         if isinstance(new, str):   # YAML 1.1 reads 1e12 (no dot) as a string
@@ -82,15 +82,15 @@ def _coerce(old: Any, new: Any, dotted: str, source: str) -> Any:
             except ValueError:
                 pass
         if isinstance(new, bool) or not isinstance(new, (int, float)):
-            raise KitError(f"config key '{dotted}' in {source}: expected a number, got {new!r}")
+            raise KitError(f"config key '{dotted}' in {source}: expected a number, got {new!r:.60}")
         return float(new)
     if isinstance(old, int):
         if isinstance(new, bool) or not isinstance(new, int):
-            raise KitError(f"config key '{dotted}' in {source}: expected an integer, got {new!r}")
+            raise KitError(f"config key '{dotted}' in {source}: expected an integer, got {new!r:.60}")
         return new
     if isinstance(old, list):
         if not isinstance(new, list):
-            raise KitError(f"config key '{dotted}' in {source}: expected a list, got {new!r}")
+            raise KitError(f"config key '{dotted}' in {source}: expected a list, got {new!r:.60}")
         kinds = {type(v) for v in old}
         if len(kinds) == 1 and kinds <= {int, float}:   # a list of numbers: each item keeps the type
             return [_coerce(old[0], v, f"{dotted}[{i}]", source) for i, v in enumerate(new)]
@@ -99,7 +99,7 @@ def _coerce(old: Any, new: Any, dotted: str, source: str) -> Any:
         if old == "auto" and isinstance(new, bool):   # an auto | true | false key
             return new
         if not isinstance(new, str):
-            raise KitError(f"config key '{dotted}' in {source}: expected a string, got {new!r}")
+            raise KitError(f"config key '{dotted}' in {source}: expected a string, got {new!r:.60}")
         return new
     return new  # None in the base: anything goes
 
@@ -141,7 +141,7 @@ def load_config(benchmark: str, spec: str, overrides: Iterable[str] = ()) -> dic
         user = _read_yaml(path, "config file")
         base = user.pop("base", "reference")
         if base not in BUILTIN_CONFIGS:
-            raise KitError(f"config file {path}: base {base!r} is not one of {', '.join(BUILTIN_CONFIGS)}")
+            raise KitError(f"config file {path}: base {base!r:.60} is not one of {', '.join(BUILTIN_CONFIGS)}")
         config = _read_yaml(builtin_config_path(benchmark, base), "built-in config")
         _merge(config, user, f"config file {path}")
         config["name"] = str(path)
