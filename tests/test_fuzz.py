@@ -349,3 +349,17 @@ def test_a_config_value_is_shown_in_a_few_words(tmp_path, text):
         load_config("deepcam", str(path))
     assert f"config file {path}" in str(e.value) and "yyy" in str(e.value), e.value
     assert len(str(e.value)) < len(str(path)) + 250, f"{len(str(e.value))} characters: {str(e.value)[:300]}"
+
+
+def test_an_integer_beyond_a_float_for_a_number_key_is_one_line(tmp_path):
+    """Found by the fuzzer: 10**400 for a float key (optimizer.momentum) was float()'s
+    OverflowError traceback through load_config (seed 5, case 1052)."""
+    from hpckit.common.config import load_config
+    path = tmp_path / "mine.yaml"
+    path.write_text(f"base: mini\noptimizer:\n  momentum: {10 ** 400}\n")
+    with pytest.raises(KitError) as e:
+        load_config("cosmoflow", str(path))
+    assert str(e.value).startswith(f"config key 'optimizer.momentum' in config file {path}: 1000"), e.value
+    assert str(e.value).endswith(" is too large a number")
+    with pytest.raises(KitError, match=r"^config key 'optimizer.momentum' in --set: 1000.* is too large a number$"):
+        load_config("cosmoflow", "mini", [f"optimizer.momentum={10 ** 400}"])

@@ -83,7 +83,10 @@ def _coerce(old: Any, new: Any, dotted: str, source: str) -> Any:
                 pass
         if isinstance(new, bool) or not isinstance(new, (int, float)):
             raise KitError(f"config key '{dotted}' in {source}: expected a number, got {new!r:.60}")
-        return float(new)
+        try:
+            return float(new)
+        except OverflowError:   # an integer beyond what a float holds (10**400)
+            raise KitError(f"config key '{dotted}' in {source}: {new!r:.60} is too large a number") from None
     if isinstance(old, int):
         if isinstance(new, bool) or not isinstance(new, int):
             raise KitError(f"config key '{dotted}' in {source}: expected an integer, got {new!r:.60}")
