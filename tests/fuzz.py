@@ -38,7 +38,8 @@ The readers run in a worker process that imports the kit once and forks a child 
 read, or one KitError: exit 2 and one line on stderr naming a file of the case (or, for a
 config, a config key). A finding is anything else: another exception (its traceback), a
 signal (SIGSEGV, SIGBUS), no answer within --timeout seconds (the child is killed), output
-beyond that one line, a KitError naming nothing, or the marker file. The child runs under
+beyond that one line, a line of more than 2,000 characters (a value shown whole), a KitError
+naming nothing, or the marker file. The child runs under
 a 3 GiB address-space limit above what the worker maps (an allocation a damaged size asks
 for is a MemoryError finding, not the machine's memory). The fuzzer prints the cases and
 outcomes per format and every finding with its format, seed and case number, and exits 1
@@ -74,6 +75,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
 MARKER = "FUZZ-MARKER"             # created (in the case's folder, the child's cwd) by a planted pickle
+FIFO = "fuzz-fifo"                 # a FIFO a damaged file may link to (made beside it and in the cwd)
+MAX_LINE = 2000                    # an error line longer than this (a value shown whole) is not one to read
 COSMO_SIZE = 16
 DEEPCAM_HWC = (16, 24, 16)
 OC20_COUNTS = (2, 1)               # train, validation records
@@ -306,8 +309,11 @@ def serve() -> None:
             with open(out_path, errors="replace") as f:
                 out = _head_tail(f.read())
             with open(err_path, errors="replace") as f:
-                err = _head_tail(f.read())
-            print(json.dumps({"rc": os.waitstatus_to_exitcode(status), "hang": hang, "stdout": out, "stderr": err,
+                err = f.read()
+            lines = [ln for ln in err.splitlines() if ln.strip()]
+            print(json.dumps({"rc": os.waitstatus_to_exitcode(status), "hang": hang, "stdout": out,
+                              "stderr": _head_tail(err), "stderr_lines": len(lines),
+                              "stderr_longest": max(map(len, lines), default=0),
                               "seconds": round(time.monotonic() - start, 3)}), flush=True)
     finally:
         shutil.rmtree(scratch, ignore_errors=True)
@@ -557,6 +563,18 @@ def _hdf5_bank(out: Path, sample: Path, stats: Path) -> None:
     with h5py.File(out / "sample-external-short.h5", "w") as f:
         f.create_dataset("climate/data", shape=data.shape, dtype="f4", external=[("/dev/null", 0, data.nbytes)])
         f.create_dataset("climate/labels_0", data=labels)
+    # links and external storage to a FIFO the mutation makes beside the file and in the cwd
+    with h5py.File(out / "sample-fifo-link.h5", "w") as f:
+        f["climate/data"] = h5py.ExternalLink(FIFO, "/climate/data")
+        f.create_dataset("climate/labels_0", data=labels)
+    with h5py.File(out / "sample-fifo-storage.h5", "w") as f:
+        f.create_dataset("climate/data", shape=data.shape, dtype="f4", external=[(FIFO, 0, data.nbytes)])
+        f.create_dataset("climate/labels_0", data=labels)
+    with h5py.File(out / "stats-fifo-link.h5", "w") as f:
+        for k, v in st.items():
+            f.create_dataset(f"climate/{k}", data=v)
+        del f["climate/mean"]
+        f["climate/mean"] = h5py.ExternalLink(FIFO, "/climate/mean")
     with h5py.File(out / "sample-virtual.h5", "w") as f:
         layout = h5py.VirtualLayout(shape=data.shape, dtype="f4")
         layout[...] = h5py.VirtualSource("missing.h5", "climate/data", shape=data.shape)
@@ -1203,7 +1221,7 @@ def lmdb_mutation(path: Path, rng: random.Random, bank: Path, planted: Path) -> 
 def hostile_value(rng: random.Random):
     return rng.choice([float("nan"), float("inf"), float("-inf"), -1, 0, 2 ** 31 - 1, 2 ** 63, 2 ** 64 - 1, 10 ** 400,
                        1e308, -1e308, 0.5, "text", "", None, True, False, [], {}, [1, "a"], {"a": {"b": None}},
-                       "x" * 300, "1e999", 10 ** 30])
+                       "x" * 300, "1e999", 10 ** 30, "y" * 5000])
 
 
 def _paths(node, path=()):
@@ -1515,6 +1533,10 @@ def mutate(fmt: Format, data_dir: Path, corpus: Path, rng: random.Random) -> tup
             name = rng.choice(choices)
             data = (bank / "hdf5" / name).read_bytes()
             what = f"replaced by {name}"
+            if "fifo" in name:
+                for d in (path.parent, data_dir.parent):
+                    if not (d / FIFO).exists():
+                        os.mkfifo(d / FIFO)
             if op < 0.08:
                 data, more = bytes_mutation(data, rng)
                 what += f", then {more}"
@@ -1588,6 +1610,7 @@ def judge(answer: dict, case_dir: Path, data_dir: Path, fmt: Format, listed: tup
         return "finding", "hang", "no answer within the timeout: killed"
     rc, err = answer["rc"], answer["stderr"]
     lines = [ln for ln in err.splitlines() if ln.strip()]
+    n_lines, longest = answer.get("stderr_lines", len(lines)), answer.get("stderr_longest", 0)
     if rc < 0:
         return "finding", "signal", f"killed by {signal.Signals(-rc).name}"
     if rc == 0:
@@ -1595,8 +1618,10 @@ def judge(answer: dict, case_dir: Path, data_dir: Path, fmt: Format, listed: tup
             return "finding", "output", f"read, but printed on stderr: {lines[0][:200]}"
         return "read", None, answer["stdout"].strip()
     if rc == 2:
-        if len(lines) != 1:
-            return "finding", "output", f"{len(lines)} lines on stderr: {' / '.join(lines)[:300]}"
+        if n_lines != 1:
+            return "finding", "output", f"{n_lines} lines on stderr: {' / '.join(lines)[:300]}"
+        if longest > MAX_LINE:
+            return "finding", "output", f"an error line of {longest} characters: {lines[0][:200]}"
         named = (str(data_dir) in lines[0] or (fmt.target == "config" and "config key" in lines[0])
                  or any(name in lines[0] for name in listed))
         if not named:
