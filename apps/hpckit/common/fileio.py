@@ -57,6 +57,60 @@ def _where(path: Path, option: str | None) -> str:
     return f"{option} {path}" if option else str(path)
 
 
+# why a path cannot be used, for the errors a lookup of it may raise
+_PATH_ERRORS = {errno.ENAMETOOLONG: "the path is longer than the file system allows",
+                errno.ENOTDIR: "a part of the path is not a directory",
+                errno.ELOOP: "too many symbolic links in the path (a loop?)",
+                errno.EACCES: "permission denied (a directory on the way cannot be searched)"}
+
+
+def _limit(path: Path, name: str, default: int) -> int:
+    """pathconf `name` of the nearest existing directory above `path`."""
+    for d in [path, *path.parents]:
+        if os.path.isdir(d):
+            try:
+                return os.pathconf(d, name)
+            except (OSError, ValueError):
+                break
+    return default
+
+
+# a run's or a data set's directory: room for what the kit writes under it (train/, a sample's
+# name, a temporary name beside it: .<name>.<pid>.<hex>.tmp), so none of it fails halfway
+RUN_DIR_HEADROOM = 128
+
+
+def check_path(path: str | os.PathLike, where: str, headroom: int = 0) -> Path:
+    """`path` as one the kit may look at and create, before anything is made: each name in it
+    no longer than the file system takes (NAME_MAX of the nearest existing directory, 255
+    bytes on most), the whole, with `headroom` bytes for what will be written under it, no
+    longer than PATH_MAX, and every part that exists reachable; else one KitError naming
+    `where` (ENAMETOOLONG, ENOTDIR, ELOOP, EACCES were tracebacks or a directory made
+    halfway down, issue 41)."""
+    path = Path(path)
+    name_max = _limit(path, "PC_NAME_MAX", 255)
+    for part in path.parts:
+        n = len(os.fsencode(part))
+        if n > name_max and part != path.anchor:
+            shown = part if n <= 60 else part[:40] + "..."
+            raise KitError(f"{where}: the name {shown!r} is {n} bytes, longer than the {name_max} a name may have "
+                           "on this file system")
+    size, path_max = len(os.fsencode(str(path))), _limit(path, "PC_PATH_MAX", 4096)
+    if size + headroom >= path_max:
+        room = f" (and {headroom} for what is written under it)" if headroom else ""
+        raise KitError(f"{where}: the path is {size} bytes{room}, longer than the {path_max - 1} this file system "
+                       "takes")
+    try:
+        os.lstat(path)
+    except FileNotFoundError:
+        pass
+    except OSError as e:
+        raise KitError(f"{where}: {_PATH_ERRORS.get(e.errno, e.strerror or str(e))}") from None
+    except ValueError as e:   # a NUL byte
+        raise KitError(f"{where}: not a usable path ({e})") from None
+    return path
+
+
 def _starts_with(path: Path, marker: bytes) -> bool:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
@@ -78,6 +132,7 @@ def check_output(path: str | os.PathLike, option: str | None = None, replaces: b
     where = _where(path, option)
     if not str(path) or path.name in ("", ".", ".."):
         raise KitError(f"{where}: not a file name")
+    check_path(path, where)
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -199,7 +254,7 @@ def read_json(path: str | os.PathLike, what: str):
 
 def ensure_writable_dir(path: str | os.PathLike, what: str) -> Path:
     """Create `path` if needed and prove it is writable, or fail with one line."""
-    path = Path(path)
+    path = check_path(path, f"{what} {path}", RUN_DIR_HEADROOM)   # before a directory is made halfway down
     try:
         path.mkdir(parents=True, exist_ok=True)
         probe = tempfile.NamedTemporaryFile(dir=path, prefix=".hpckit-probe-")
@@ -218,6 +273,7 @@ def ensure_new_dir(path: str | os.PathLike, what: str, purpose: str) -> Path:
 
 
 def _refuse_filled(path: Path, what: str, purpose: str) -> None:
+    check_path(path, f"{what} {path}".strip())
     if path.is_symlink() or (path.exists() and not path.is_dir()):
         raise KitError(f"{what} {path}: exists and is not a directory; {purpose} only into a new or empty directory")
     if path.is_dir():
@@ -293,7 +349,8 @@ def place_tree(root: Path, name: str, files: dict[str, bytes], what: str) -> Non
     rename (any moved one taken back if a later one fails). `root` is created when missing
     (its parent must exist) and removed again if nothing landed in it. A package appears
     whole or not at all."""
-    root = Path(root)
+    root = check_path(root, f"{what} {root}")
+    check_path(root / name, f"{what} {root / name}")
     made_root = False
     if not root.is_dir():
         try:
@@ -386,7 +443,7 @@ def output_dir(option: str, kind: str):
             if kind == "new":
                 check_new_dir(text, "", "this command writes")
             else:
-                p = Path(text)
+                p = check_path(text, text, RUN_DIR_HEADROOM if kind == "run" else 0)
                 if p.exists() and not p.is_dir():
                     raise KitError(f"{p}: exists and is not a directory")
                 if kind == "root" and not p.exists() and not p.parent.is_dir():

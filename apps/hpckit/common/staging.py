@@ -64,6 +64,9 @@ def evict_from_page_cache(paths: list[Path], probe: int = 64) -> dict:
 
 
 def check_stage_dir(stage_dir: Path, data_dir: Path) -> None:
+    from hpckit.common.fileio import RUN_DIR_HEADROOM, check_path
+    # the run creates hpckit-stage-*/<split>/<a data file's name> under it: room for a name of 255
+    check_path(stage_dir, f"--stage-dir {stage_dir}", RUN_DIR_HEADROOM + 256)
     s, d = stage_dir.resolve(), data_dir.resolve()
     if s == d or d in s.parents or s in d.parents:
         raise KitError(f"--stage-dir {stage_dir}: must not overlap the data directory {data_dir}")
