@@ -188,11 +188,10 @@ def _unsafe_lmdb(root: Path, how: str) -> str:
     for path in sorted(root.glob("*/*.lmdb")):
         env = lmdb.open(str(path), subdir=False, readonly=True, lock=False)
         with env.begin() as txn:
-            length = pickle.loads(txn.get(b"length"))  # the unsafe reading this target stands for
-            for i in range(int(length)):
-                raw = txn.get(str(i).encode())
-                n += 0 if raw is None else len(raw) > 0
-    return f"{n} records"
+            for _key, value in txn.cursor():   # every value, through the mapping, unchecked
+                n += len(value) > 0
+            pickle.loads(txn.get(b"length"))   # the unsafe reading this target stands for
+    return f"{n} values"
 
 
 def _unsafe_json(root: Path, how: str) -> str:
@@ -1200,17 +1199,21 @@ def lmdb_mutation(path: Path, rng: random.Random, bank: Path, planted: Path) -> 
         _lmdb_put(path, {key: None} if key != b"1" else {b"1": None, b"00": b"x" * 5000})
         return f"key {key.decode()} removed"
     data = path.read_bytes()
-    if op < 0.83:
+    if op < 0.8:
         spots = _lmdb_fields(data)
         at, width, name = rng.choice(spots)
         value = _extreme(rng, width)
         _write(path, data[:at] + value.to_bytes(width, "little") + data[at + width:])
         return f"LMDB {name} (byte {at}) = {value:#x}"
-    if op < 0.86:
-        psize = 4096
+    psize = 4096
+    if op < 0.84:
         pg = rng.randrange(max(len(data) // psize, 1))
         _write(path, data[:pg * psize] + bytes(psize) + data[(pg + 1) * psize:])
         return f"page {pg} zeroed"
+    if op < 0.9:   # a copy interrupted at a page: the pages past it are not mapped at all
+        pg = rng.randrange(max(len(data) // psize, 1))
+        _write(path, data[:pg * psize])
+        return f"cut after page {pg - 1} ({pg * psize} of {len(data)} bytes)"
     new, what = bytes_mutation(data, rng)
     _write(path, new)
     return what
@@ -1636,7 +1639,10 @@ def run_campaign(cases: int, seed: int, first: int = 0, formats: list[str] | Non
                  work: Path | None = None, keep: Path | None = None, runs: list[Path] = (),
                  log=print, verbose: bool = False, forced: dict | None = None) -> Campaign:
     """`cases` cases numbered first.., case c of format names[c % len(names)] (names: all
-    the kit's formats, or `formats`), its mutation drawn from random.Random(f"{seed}:{c}")."""
+    the kit's formats, or `formats`), its mutation drawn from random.Random(f"{seed}:{c}").
+    `work`: where the corpus is made (once: a later campaign with the same `work` reuses it)
+    and the cases run; `forced`: format -> function(data_dir, corpus, rng, case) -> (file,
+    reader variant, what) that damages the case instead of `mutate` (tests/test_fuzz.py)."""
     names = list(formats or FORMATS)
     for n in names:
         if n not in ALL_FORMATS:
@@ -1666,7 +1672,7 @@ def run_campaign(cases: int, seed: int, first: int = 0, formats: list[str] | Non
             data_dir = case_dir / "data"
             shutil.copytree(corpus / fmt.corpus, data_dir, symlinks=True)
             if forced and fmt.name in forced:
-                path, how, what = forced[fmt.name](data_dir, corpus, rng)
+                path, how, what = forced[fmt.name](data_dir, corpus, rng, case)
             else:
                 path, how, what = mutate(fmt, data_dir, corpus, rng)
             answer = worker.run({"op": "read", "target": fmt.target, "how": how, "root": str(data_dir),

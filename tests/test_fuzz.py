@@ -10,7 +10,11 @@
 
 from __future__ import annotations
 
-import random
+import os
+import re
+import subprocess
+import sys
+import time
 from pathlib import Path
 
 import numpy as np
@@ -20,6 +24,91 @@ import fuzz
 from hpckit.common.errors import KitError
 
 SIZE = fuzz.COSMO_SIZE
+CI_SEED = 41
+CI_CASES = 1080      # 120 a format: 25 s on the idle 2-core VM, about a minute under load
+
+
+@pytest.fixture(scope="module")
+def work(tmp_path_factory) -> Path:
+    """A folder whose corpus every campaign of this module shares (made by the first)."""
+    return tmp_path_factory.mktemp("fuzz")
+
+
+def test_a_seeded_campaign_over_every_format_finds_nothing(work):
+    """CI's campaign: every case of every format is the data read or one KitError line
+    naming its file; the mutations reach both outcomes in every format (a fuzzer whose
+    mutations were all refused at the first byte, or all harmless, would test little)."""
+    start = time.monotonic()
+    camp = fuzz.run_campaign(CI_CASES, CI_SEED, work=work, log=lambda *a: None)
+    lines = []
+    fuzz.report(camp, None, log=lines.append)
+    print("\n".join(lines), f"\n({time.monotonic() - start:.0f} s)")
+    assert not camp.findings, "\n".join(lines)
+    assert camp.cases == CI_CASES and set(camp.counts) == set(fuzz.FORMATS)
+    for name, counts in camp.counts.items():
+        assert counts["read"] > 0 and counts["refused"] > 0, (name, dict(counts))
+
+
+# The oracle: the kit's readers as they were before issue 41, and the same damage through the
+# kit's readers now. Case c is format FORCED_FORMATS[c % 4] with damage c // 4.
+FORCED_FORMATS = ["unsafe-lmdb", "lmdb", "unsafe-json", "summary"]
+
+
+def _lmdb_damage(data_dir, corpus, rng, case):
+    path = data_dir / "train" / "data.0000.lmdb"
+    if case // 4 == 0:   # the issue's first case: a pickle calling os.system in `length`
+        fuzz._lmdb_put(path, {b"length": (corpus / "bank" / "planted" / "os.system.pkl").read_bytes()})
+        return path, "all", "plant: length calls os.system"
+    os.truncate(path, 2 * 4096)   # the second: a copy cut short, its B-tree's pages not there
+    return path, "all", "cut after page 1"
+
+
+def _json_damage(data_dir, corpus, rng, case):
+    path = data_dir / "summary.json"
+    if case // 4 == 0:
+        path.unlink()
+        os.mkfifo(path)
+        return path, "summary.json", "replaced by a FIFO"
+    path.write_text("[" * 100000 + "]" * 100000)
+    return path, "summary.json", "nested 100,000 deep"
+
+
+def test_the_oracle_finds_code_run_a_signal_a_hang_and_a_traceback(work):
+    """The fuzzer's verdicts are what they claim: OC20's `length` through pickle.loads runs
+    the planted command (marker file), an LMDB mapped unchecked and cut short dies of SIGBUS,
+    json.load of a FIFO hangs and of deep nesting raises; the kit's readers now answer the same
+    files with one line each."""
+    forced = {"unsafe-lmdb": _lmdb_damage, "lmdb": _lmdb_damage, "unsafe-json": _json_damage,
+              "summary": _json_damage}
+    camp = fuzz.run_campaign(8, 1, formats=FORCED_FORMATS, timeout=5, work=work, forced=forced,
+                             log=lambda *a: None)
+    found = {f.case: (f.kind, f.detail) for f in camp.findings}
+    assert found.keys() == {0, 2, 4, 6}, found
+    assert found[0] == ("code ran", f"the planted pickle created {fuzz.MARKER}")
+    assert found[4] == ("signal", "killed by SIGBUS")
+    assert found[2] == ("hang", "no answer within the timeout: killed")
+    assert found[6][0] == "exception" and found[6][1].startswith("RecursionError"), found[6]
+    assert camp.counts["lmdb"]["refused"] == 2 and camp.counts["summary"]["refused"] == 2, dict(camp.counts)
+
+
+def test_the_cli_prints_each_finding_with_a_replay_that_reproduces_it(work):
+    """`tests/fuzz.py` exits 1 on a finding and prints its format, seed and case; the replay
+    line it prints damages the same file the same way and finds the same."""
+    env = {**os.environ, "PYTHONPATH": str(fuzz.REPO / "apps")}
+    run = [sys.executable, str(fuzz.REPO / "tests" / "fuzz.py"), "--work", str(work), "--timeout", "8"]
+    proc = subprocess.run(run + ["--formats", "unsafe-json", "--seed", "6", "--first", "94", "--cases", "3"],
+                          capture_output=True, text=True, timeout=300, env=env)
+    assert proc.returncode == 1, proc.stdout[-3000:] + proc.stderr[-3000:]
+    first = re.search(r"^FINDING format=unsafe-json seed=6 case=(\d+): (.*)$", proc.stdout, re.M)
+    replay = re.search(r"^    replay: python tests/fuzz.py (.*) --keep DIR$", proc.stdout, re.M)
+    assert first and replay, proc.stdout
+    assert re.search(r"^unsafe-json\s+3\s+\d+\s+\d+\s+[1-3]$", proc.stdout, re.M), proc.stdout
+    again = subprocess.run(run + replay.group(1).split() + ["--keep", str(work / "kept")], capture_output=True,
+                           text=True, timeout=300, env=env)
+    assert again.returncode == 1 and f"FINDING format=unsafe-json seed=6 case={first.group(1)}: {first.group(2)}" \
+        in again.stdout, again.stdout
+    kept = work / "kept" / f"unsafe-json-seed6-case{first.group(1)}"
+    assert (kept / "finding.txt").is_file() and (kept / "data").is_dir()
 
 
 # ---------------------------------------------------------------- what the fuzzer found
