@@ -249,6 +249,35 @@ def test_kit_written_logs_score(tmp_path):
     assert proc.stdout.strip().splitlines()[-1].startswith("score: 0.00 min (olympic mean of 1 of 3 runs")
 
 
+def test_kit_runs_of_two_configs_are_two_sets(tmp_path):
+    """A site's mini and reference runs of one platform in one folder: a set each (one score
+    over two data sets compared nothing); the same config at another train size too."""
+    pytest.importorskip("mlperf_logging")
+    from hpckit.common.mllog import C, HPC, MLLogger
+    d = tmp_path / "kit"
+    kinds = [("mini", 1024), ("reference", 524288), ("mini", 512)]
+    for k, (name, samples) in enumerate(kinds):
+        for i in range(3):
+            (d / f"{name}-{samples}-{i}").mkdir(parents=True)
+            log = MLLogger(d / f"{name}-{samples}-{i}" / "mlperf.log", echo=False)
+            log.event(C.SUBMISSION_BENCHMARK, "cosmoflow")
+            log.event(C.SUBMISSION_ORG, "hpckit")
+            log.event(C.SUBMISSION_PLATFORM, "test")
+            log.event(HPC.NUMBER_OF_NODES, 1)
+            log.event("hpckit_config", {"name": name})
+            log.event(C.TRAIN_SAMPLES, samples)
+            log.start(C.RUN_START)
+            for epoch in range(1, k + 3):
+                log.event(HPC.EVAL_ERROR, 0.3 if epoch < k + 2 else 0.1, metadata={"epoch_num": epoch})
+            log.run_stop("success")
+            log.close()
+    proc = run_hpckit("score", d)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.count("3 runs (strong scaling, from the kit's own runs)") == 3, proc.stdout
+    for epochs in (2, 3, 4):   # each set's own runs, not a mix
+        assert proc.stdout.count(f"converged yes  epochs {epochs}") == 3, proc.stdout
+
+
 # ---- bad input: exit 2, one line naming the file ----
 
 def test_garbage_file_exit_2(tmp_path):

@@ -198,6 +198,15 @@ def set_views(sets: list[dict], facts: dict, origin: str, site_desc: dict | None
             parts.setdefault((f.config, f.dataset), []).append(f)
         for (config, dataset), fs in parts.items():
             views.append(_set_view(s, fs, origin, site_desc, config, dataset, split=len(parts) > 1))
+    # sets of one system and benchmark on other data (hpckit score splits a kit folder by config
+    # and train samples) are named by their data set, as a split set's views are
+    same: dict[str, list[SetView]] = {}
+    for v in views:
+        same.setdefault(v.sid, []).append(v)
+    for group in same.values():
+        if len(group) > 1 and len({(v.dataset, v.config) for v in group}) == len(group):
+            for v in group:
+                v.sid += f"@{v.dataset or v.config}"
     # a set id appears once (two folders of one system and benchmark: numbered)
     seen: dict[str, int] = {}
     for v in views:

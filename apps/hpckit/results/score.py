@@ -239,7 +239,9 @@ def _bare_sets(files: list[Path], scaling: str | None, fallback: str | None = No
             key = (scaling, "--scaling", r.benchmark, r.platform, None)
         elif _kit_campaign(p):   # one campaign's instances: OUT/instance_<i>/mlperf.log
             key = ("weak", "the kit's own campaign", r.benchmark, r.platform, p.parent.parent)
-        elif _is_kit_log(p) or fallback is None:
+        elif _is_kit_log(p):   # runs of another config or data size are another set
+            key = ("strong", "the kit's own runs", r.benchmark, r.platform, _kit_data(p))
+        elif fallback is None:
             key = ("strong", "the kit's own runs", r.benchmark, r.platform, None)
         else:
             key = (fallback, "outside the layout, taken as " + fallback, r.benchmark, r.platform, None)
@@ -256,6 +258,16 @@ def _kit_campaign(p: Path) -> bool:
     head = read_head(p, 1 << 16) or b""
     m = re.search(rb'"key": "hpckit_config".*?"instances": (\d+)', head)
     return bool(m) and int(m.group(1)) > 1
+
+
+def _kit_data(p: Path) -> tuple:
+    """(config, train samples) a kit log trained on: a site's mini and reference runs of one
+    platform are sets of their own, never one score over two data sets."""
+    from hpckit.common.inputs import read_head
+    head = read_head(p, 1 << 16) or b""
+    name = re.search(rb'"key": "hpckit_config", "value": \{"name": "([^"\\]*)"', head)
+    n = re.search(rb'"key": "train_samples", "value": (\d+)', head)
+    return (name.group(1).decode(errors="replace") if name else None, int(n.group(1)) if n else None)
 
 
 def _is_kit_log(p: Path) -> bool:
