@@ -16,7 +16,8 @@ What a centre wants to know before trusting the local profile's performance verd
 Per run it prints each check's variables with the measured value, the reference, the
 allowed range and ReFrame's verdict; at the end the false-FAIL count over the reruns and
 which variable caught each fault. Run it on an otherwise idle machine; its figures are
-this machine's. Everything goes under --workdir (default: a new temporary directory).
+this machine's. Everything goes into a new directory inside --workdir (default: a new
+temporary directory); what else --workdir holds is left alone.
 
     .venv/bin/python bench/acceptance_power.py                               # 3 + 5, three faults
     .venv/bin/python bench/acceptance_power.py --reruns 10 --faults half-cores
@@ -29,7 +30,6 @@ import os
 import platform
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -101,8 +101,8 @@ def main() -> int:
     unknown = set(faults) - set(FAULTS)
     if unknown:
         sys.exit(f"--faults: unknown {', '.join(sorted(unknown))} (known: {', '.join(FAULTS)})")
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="hpckit-acceptance-"))
-    work.mkdir(parents=True, exist_ok=True)
+    from benchlib import own_workdir
+    work = own_workdir("acceptance_power", "--workdir", args.workdir, "hpckit-acceptance-")
     from hpckit.common.cores import cpu_flags
     flags = sorted(f for f in cpu_flags() if f.startswith(("avx", "amx", "fma")))
     print(f"host {platform.node()} cpus {len(os.sched_getaffinity(0))} flags {' '.join(flags)} "

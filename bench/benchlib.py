@@ -1,5 +1,8 @@
 """What the bench scripts share: the machine line every figure is printed under, one-line
-bad-argument exits, Open MPI as root, MLPerf log records, a free port range."""
+bad-argument exits, Open MPI as root, MLPerf log records, a free port range, and the kit's
+rule for what a script writes (issue 41): its work goes into a new directory it makes (inside
+--workdir when given: whatever else is there is not its own and stays), and an output file
+(--json) is a new file written through the kit's writer, never one that was there."""
 
 from __future__ import annotations
 
@@ -65,6 +68,65 @@ def free_port(prog: str, span: int) -> int:
         if base + span < 65535:
             return base
     bad(prog, "no free port range")
+
+
+def check_workdir(prog: str, option: str, given: str | None) -> Path | None:
+    """`given` as a --workdir, checked without making anything: a directory or a path that
+    can be made; a file, a name too long or a file on the way is one line naming the
+    option, exit 2."""
+    if given is None:
+        return None
+    from hpckit.common.errors import KitError
+    from hpckit.common.fileio import RUN_DIR_HEADROOM, check_path
+    try:
+        base = check_path(given, f"{option} {given}", RUN_DIR_HEADROOM)
+    except KitError as e:
+        bad(prog, str(e))
+    if base.exists() and not base.is_dir():
+        bad(prog, f"{option} {base}: not a directory")
+    return base
+
+
+def own_workdir(prog: str, option: str, given: str | None, prefix: str) -> Path:
+    """This run's work directory, new: made inside `given` (created with its parents when
+    missing; what else it holds is not this run's and is never touched) or, without one, a
+    new temporary directory. A `given` that is a file, or a path that cannot be made (a name
+    too long, a file on the way), is one line naming the option, exit 2, before any work."""
+    import tempfile
+    base = check_workdir(prog, option, given)
+    if base is None:
+        return Path(tempfile.mkdtemp(prefix=prefix))
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        return Path(tempfile.mkdtemp(prefix=prefix, dir=base))
+    except OSError as e:
+        bad(prog, f"{option} {base}: cannot create a directory there ({e.strerror or e})")
+
+
+def output_path(prog: str, option: str, given: str | None) -> Path | None:
+    """An output file option checked before any work, as the kit's writer checks it when the
+    file is written (hpckit.common.fileio.check_output): a new file in an existing
+    directory. A file that is there (the user's, or an earlier run's), a directory, a missing
+    directory or a name too long is one line naming the option and path, exit 2."""
+    if given is None:
+        return None
+    from hpckit.common.errors import KitError
+    from hpckit.common.fileio import check_output
+    try:
+        return check_output(given, option)
+    except KitError as e:
+        bad(prog, str(e))
+
+
+def write_output(prog: str, option: str, path: Path, text: str) -> None:
+    """`text` into the output file `path` through the kit's writer: atomically, a new file or
+    one this run wrote; one that appeared meanwhile is never replaced (one line, exit 2)."""
+    from hpckit.common.errors import KitError
+    from hpckit.common.fileio import atomic_write_text
+    try:
+        atomic_write_text(path, text, option)
+    except KitError as e:
+        bad(prog, str(e))
 
 
 def finish(work: Path, keep: bool, failed: bool) -> int:

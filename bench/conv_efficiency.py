@@ -177,6 +177,8 @@ def main(argv=None) -> int:
                    "installed, else glibc with the kit's thresholds, as hpckit train runs)")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
+    from benchlib import output_path, write_output
+    out_json = output_path("conv_efficiency", "--json", args.json)   # before any work
     benchmarks = [b for b in args.benchmarks.split(",") if b]
     precisions = [q for q in args.precisions.split(",") if q]
     if any(b not in SHAPES[args.size] for b in benchmarks) or any(q not in ("fp32", "bf16") for q in precisions) \
@@ -236,10 +238,9 @@ def main(argv=None) -> int:
             results.append({"benchmark": b, "precision": q, "batch": batch, "step_s": step_s,
                             "convolutions_s": conv_s, "conv_gflop": conv_gflop, "counted_gflop": counted,
                             "layers": timed})
-    if args.json:
-        from hpckit.common.fileio import atomic_path
-        with atomic_path(Path(args.json)) as tmp:
-            Path(tmp).write_text(json.dumps({"header": header, "peaks": peaks, "results": results}, indent=1))
+    if out_json:
+        write_output("conv_efficiency", "--json", out_json,
+                     json.dumps({"header": header, "peaks": peaks, "results": results}, indent=1))
     return 0
 
 

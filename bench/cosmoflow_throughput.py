@@ -55,13 +55,13 @@ from __future__ import annotations
 import argparse
 import copy
 import gc
+import json
 import math
 import os
 import platform
 import shutil
 import socket
 import sys
-import tempfile
 import time
 import zlib
 from importlib import metadata
@@ -76,7 +76,6 @@ except ImportError:  # run from a checkout without the editable install
 
 from hpckit.common.config import load_config
 from hpckit.common.errors import EXIT_USAGE, KitError
-from hpckit.common.fileio import atomic_write_json
 from hpckit.common.native_log import divert_native_stderr
 from hpckit.common.staging import evict_from_page_cache
 
@@ -404,8 +403,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--loader-workers", type=int, default=None,
                    help="PyTorch DataLoader workers (default: the config's data.loader_workers)")
     p.add_argument("--workdir", default=None,
-                   help="where the temporary datasets are written (default $TMPDIR); put it on the "
-                        "file system whose reads you want to measure")
+                   help="where the temporary datasets are written: a new directory inside it, removed at the "
+                        "end (default: one in $TMPDIR); put it on the file system whose reads you want to measure")
     p.add_argument("--json", default=None, metavar="FILE", help="also write all figures to FILE as JSON")
     return p
 
@@ -444,8 +443,9 @@ def main(argv=None) -> int:
         args.frameworks = []
     if "loader" not in args.parts:
         args.loaders = []
-    if args.json and not Path(args.json).resolve().parent.is_dir():
-        parser.error(f"--json {args.json}: the directory does not exist")
+    from benchlib import check_workdir, output_path, own_workdir, write_output
+    out_json = output_path("cosmoflow_throughput", "--json", args.json)   # before any work
+    check_workdir("cosmoflow_throughput", "--workdir", args.workdir)
     cpus = usable_cpus()
     threads = args.threads or cpus
 
@@ -493,7 +493,7 @@ def main(argv=None) -> int:
     report = Report(header)
 
     started = time.perf_counter()
-    workdir = Path(tempfile.mkdtemp(prefix="cosmoflow-bench-", dir=args.workdir))
+    workdir = own_workdir("cosmoflow_throughput", "--workdir", args.workdir, "cosmoflow-bench-")
     try:
         for spec, cfg in configs:
             label = size_label(spec)
@@ -507,10 +507,10 @@ def main(argv=None) -> int:
         shutil.rmtree(workdir, ignore_errors=True)
     progress(f"done in {time.perf_counter() - started:.1f} s")
 
-    if args.json:
-        atomic_write_json(args.json, {"benchmark": "cosmoflow", "header": header,
-                                      "args": {k: v for k, v in vars(args).items() if k != "json"},
-                                      "figures": report.figures})
+    if out_json:
+        write_output("cosmoflow_throughput", "--json", out_json, json.dumps(
+            {"benchmark": "cosmoflow", "header": header, "args": {k: v for k, v in vars(args).items() if k != "json"},
+             "figures": report.figures}, indent=2, sort_keys=True) + "\n")
     return 0
 
 

@@ -17,9 +17,9 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import shutil
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
@@ -72,13 +72,19 @@ def main() -> int:
     p.add_argument("--workdir", default=None)
     p.add_argument("--precision", default="fp32", choices=("fp32", "bf16"))
     a = p.parse_args()
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from benchlib import own_workdir
+    # a new directory inside --workdir (what else it holds is not this run's), removed at the end
+    tmp = own_workdir("fullsize_step", "--workdir", a.workdir, "hpckit-fullsize-")
     flags = [f for f in ("avx2", "avx512f", "avx512_bf16", "amx_bf16", "fma") if f in cpu_flags()]
     print(f"cpu: {cpu_model()}  flags: {' '.join(flags)}  cpus: {len(os.sched_getaffinity(0))}  precision: {a.precision}")
-    with tempfile.TemporaryDirectory(dir=a.workdir, prefix="hpckit-fullsize-") as tmp:
+    try:
         for name in a.paths.split(","):
-            r = run_path(name, a.steps, Path(tmp), a.precision)
+            r = run_path(name, a.steps, tmp, a.precision)
             print(f"{r['path']:22s} peak RSS {r['peak_rss_gib']:6.2f} GiB/rank   {r['s_per_step']:7.2f} s/step "
                   f"(local batch {r['local_batch']}, {r['steps']} steps, first included)   wall {r['wall_s']:.0f} s")
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return 0
 
 

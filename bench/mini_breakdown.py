@@ -110,6 +110,8 @@ def main(argv=None) -> int:
     p.add_argument("--reframe", action="store_true")
     p.add_argument("--json", metavar="FILE")
     args = p.parse_args(argv)
+    from benchlib import output_path, write_output
+    out_json = output_path("mini_breakdown", "--json", args.json)   # before any work
     cases = [c for c in args.cases.split(",") if c]
     if any(c not in CASES for c in cases) or args.epochs < 1:
         print(f"mini_breakdown: --cases from {', '.join(CASES)}; --epochs >= 1", file=sys.stderr)
@@ -162,10 +164,8 @@ def main(argv=None) -> int:
             if args.reframe:
                 line += f" reframe_wall={row['reframe_wall']:.1f}s (rc {row['reframe_rc']}, trains to the target)"
             print(line, flush=True)
-    if args.json:
-        from hpckit.common.fileio import atomic_path
-        with atomic_path(Path(args.json)) as tmpf:
-            Path(tmpf).write_text(json.dumps(results, indent=1))
+    if out_json:
+        write_output("mini_breakdown", "--json", out_json, json.dumps(results, indent=1))
     return 0
 
 

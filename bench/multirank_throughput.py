@@ -27,7 +27,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
@@ -82,6 +81,9 @@ def main() -> int:
         bad_argument(f"--deepcam-size {args.deepcam_size}: expected HxW, e.g. 192x288")
     if args.samples and not re.fullmatch(r"\d+,\d+", args.samples):
         bad_argument(f"--samples {args.samples}: expected TRAIN,VALID, e.g. 256,64")
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from benchlib import check_workdir, own_workdir
+    check_workdir("multirank_throughput", "--workdir", args.workdir)   # before any work
     if args.launcher == "mpirun" and shutil.which("mpirun") is None:
         sys.exit("mpirun not found")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
@@ -108,7 +110,7 @@ def main() -> int:
             sets[bench] += ["--set", f"data.n_train={n_train}", "--set", f"data.n_valid={n_valid}"]
     # a failed run keeps everything (datasets, the runs' outputs and logs) for a post-mortem;
     # a successful bench removes its directory
-    tmp = Path(tempfile.mkdtemp(prefix="multirank-", dir=args.workdir))
+    tmp = own_workdir("multirank_throughput", "--workdir", args.workdir, "multirank-")   # new, inside --workdir
     try:
         run_cases(args, tmp, env, gen_args, sets, per_rank_threads)
     except RunFailed as e:

@@ -43,7 +43,6 @@ import random
 import shutil
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from collections import Counter, defaultdict
@@ -603,7 +602,8 @@ def main() -> int:
     ap.add_argument("--cases", type=int, default=3000)
     ap.add_argument("--seed", type=int, default=1, help="first case's seed (case i has seed + i)")
     ap.add_argument("--runs", nargs="+", default=[], help="kit run directories (default: two tiny runs made here)")
-    ap.add_argument("--work", default=None, help="work directory (default: a new temporary one, removed)")
+    ap.add_argument("--work", default=None, help="where the work goes: a new directory inside it, kept (default: a "
+                                                  "new temporary one, removed)")
     ap.add_argument("--command", default=None, help="only this command")
     ap.add_argument("--kind", default=None, help="only this damaged input")
     ap.add_argument("--keep", action="store_true", help="keep every case's directory")
@@ -612,9 +612,8 @@ def main() -> int:
         print("mutation: --cases must be >= 1", file=sys.stderr)
         return 2
     sys.path.insert(0, str(REPO / "apps"))
-    work = Path(args.work) if args.work else Path(tempfile.mkdtemp(prefix="hpckit-mutation-"))
-    work.mkdir(parents=True, exist_ok=True)
-    from benchlib import cpu_flags, cpu_model
+    from benchlib import cpu_flags, cpu_model, own_workdir
+    work = own_workdir("mutation", "--work", args.work, "hpckit-mutation-")   # new: what else --work holds stays
     print(f"# mutation bench: host {os.uname().nodename}, cpu {cpu_model()}, flags {cpu_flags()}, "
           f"load1 {os.getloadavg()[0]:.1f}, cases {args.cases}, seeds {args.seed}..{args.seed + args.cases - 1}")
     runs = [Path(r) for r in args.runs] or make_runs(work)

@@ -29,13 +29,12 @@ import json
 import os
 import subprocess
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "apps"))
 
-from benchlib import finish, machine_line, records  # noqa: E402
+from benchlib import finish, machine_line, own_workdir, records  # noqa: E402
 
 GPU_RATE = 250.0     # structures/s per GPU, the order of the published v3.0 OC20 runs
 
@@ -99,8 +98,7 @@ def main() -> int:
     p.add_argument("--workdir", default=None)
     p.add_argument("--keep", action="store_true")
     args = p.parse_args()
-    work = Path(args.workdir or tempfile.mkdtemp(prefix="oc20-bench-"))
-    work.mkdir(parents=True, exist_ok=True)
+    work = own_workdir("oc20_breakdown", "--workdir", args.workdir, "oc20-bench-")   # new, inside --workdir
     print(machine_line())
     failed = True
     try:

@@ -303,6 +303,8 @@ def main(argv=None) -> int:
         print(f"side_by_side: --reference {args.reference}: not a clone of mlcommons/hpc "
               "(no cosmoflow/models/cosmoflow.py)", file=sys.stderr)
         return 2
+    from benchlib import output_path, write_output
+    out_json = output_path("side_by_side", "--json", args.json)   # before any work
 
     if args.child:
         bench, case = args.child.split(":", 1)
@@ -401,11 +403,9 @@ def main(argv=None) -> int:
               f"peak_fraction={gflops / peaks[precision]:.2f} "
               f"vs_reference={'%.2fx' % ratio if ratio else 'n/a'} "
               f"(threads {fig['threads']}, {fig['allocator']}, rounds spread {fig['spread'] * 100:.0f}%)", flush=True)
-    if args.json:
-        from hpckit.common.fileio import atomic_path
-        with atomic_path(Path(args.json)) as tmp:
-            Path(tmp).write_text(json.dumps({"header": header, "peaks": peaks, "flops": flops,
-                                             "figures": figures}, indent=1))
+    if out_json:
+        write_output("side_by_side", "--json", out_json,
+                     json.dumps({"header": header, "peaks": peaks, "flops": flops, "figures": figures}, indent=1))
     return 0
 
 

@@ -360,3 +360,119 @@ def test_feed_diag_compares_both_readers(tmp_path):
                            capture_output=True, text=True, timeout=60, cwd=REPO)
     assert again.returncode == 2 and again.stderr.strip().count("\n") == 0 and str(out) in again.stderr, again.stderr
 
+
+
+# ---- what the bench scripts write (issue 41): a new work directory, new output files -------
+
+JSON_SCRIPTS = {   # script -> arguments that would make it run (it must refuse before)
+    "conv_efficiency.py": ["--size", "small", "--precisions", "fp32", "--reps", "1"],
+    "mini_breakdown.py": ["--cases", "deepcam:pytorch", "--epochs", "1"],
+    "side_by_side.py": ["--size", "small", "--rounds", "1", "--steps", "1", "--warmup", "0"],
+    "cosmoflow_throughput.py": ["--sizes", "mini", "--parts", "raw", "--formats", "tfrecord", "--samples", "2"],
+}
+
+
+def bench(script: str, *args, timeout=120) -> subprocess.CompletedProcess:
+    env = {**os.environ, "TF_CPP_MIN_LOG_LEVEL": "3", "PYTHONUNBUFFERED": "1"}
+    return subprocess.run([sys.executable, str(REPO / "bench" / script), *map(str, args)], capture_output=True,
+                          text=True, timeout=timeout, env=env, cwd=REPO)
+
+
+def refused(proc, *needles) -> str:
+    lines = proc.stderr.strip().splitlines()
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, \
+        (proc.returncode, proc.stderr[-2000:])
+    assert not proc.stdout.strip(), f"refused after starting its work: {proc.stdout[-1000:]}"
+    for needle in needles:
+        assert str(needle) in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize("script", sorted(JSON_SCRIPTS))
+def test_a_bench_json_that_exists_is_refused_before_any_work(tmp_path, script):
+    """--json FILE that is there (the user's, an earlier run's) is one line, exit 2, and stays
+    as it was; a directory or a missing directory likewise. It was overwritten (or, through
+    the kit's writer without a check first, a traceback after all the work)."""
+    mine = tmp_path / "figures.json"
+    mine.write_text("the user's\n")
+    refused(bench(script, *JSON_SCRIPTS[script], "--json", mine), "--json", mine, "exists")
+    assert mine.read_text() == "the user's\n"
+    refused(bench(script, *JSON_SCRIPTS[script], "--json", tmp_path), "--json", tmp_path, "is a directory")
+    refused(bench(script, *JSON_SCRIPTS[script], "--json", tmp_path / "nope" / "f.json"), "--json",
+            tmp_path / "nope", "no such directory")
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["figures.json"]
+
+
+WORKDIR_SCRIPTS = {   # script -> (option, arguments that would make it run)
+    "acceptance_power.py": ("--workdir", ["--calibration-runs", "1", "--reruns", "0", "--faults", ""]),
+    "cosmoflow_throughput.py": ("--workdir", JSON_SCRIPTS["cosmoflow_throughput.py"]),
+    "fullsize_step.py": ("--workdir", ["--steps", "1", "--paths", "kit-pytorch-cosmoflow"]),
+    "multirank_throughput.py": ("--workdir", ["--cases", "deepcam/pytorch", "--launcher", "torchrun"]),
+    "mutation.py": ("--work", ["--cases", "1"]),
+    "oc20_breakdown.py": ("--workdir", ["--epochs", "1"]),
+}
+
+
+@pytest.mark.parametrize("script", sorted(WORKDIR_SCRIPTS))
+def test_a_bench_workdir_that_cannot_be_one_is_one_line(tmp_path, script):
+    """A file given as the work directory, or a name longer than the file system takes: one
+    line naming the option, exit 2, before any work (a file was mkdir's FileExistsError or
+    NotADirectoryError traceback)."""
+    option, args = WORKDIR_SCRIPTS[script]
+    mine = tmp_path / "file"
+    mine.write_text("the user's\n")
+    refused(bench(script, *args, option, mine), option, mine, "not a directory")
+    refused(bench(script, *args, option, tmp_path / ("n" * 300)), option, "longer than the 255")
+    assert mine.read_text() == "the user's\n" and sorted(p.name for p in tmp_path.iterdir()) == ["file"]
+
+
+def test_the_bench_work_directory_is_a_new_one_inside_workdir(tmp_path, monkeypatch, capsys):
+    """benchlib.own_workdir, which every bench script with a --workdir takes its directory
+    from: a new directory inside the one given (made when missing); what else is there stays."""
+    sys.path.insert(0, str(REPO / "bench"))
+    monkeypatch.setattr(sys, "path", list(sys.path))
+    from benchlib import own_workdir
+    given = tmp_path / "mine"
+    given.mkdir()
+    (given / "keep.txt").write_text("the user's")
+    work = own_workdir("x", "--workdir", str(given), "hpckit-x-")
+    assert work.parent == given and work.name.startswith("hpckit-x-") and list(work.iterdir()) == []
+    again = own_workdir("x", "--workdir", str(given), "hpckit-x-")
+    assert again != work and (given / "keep.txt").read_text() == "the user's"
+    made = own_workdir("x", "--workdir", str(tmp_path / "new" / "deeper"), "hpckit-x-")
+    assert made.parent == tmp_path / "new" / "deeper"
+    with pytest.raises(SystemExit) as e:
+        own_workdir("x", "--workdir", str(given / "keep.txt"), "hpckit-x-")
+    assert e.value.code == 2 and capsys.readouterr().err == f"x: --workdir {given / 'keep.txt'}: not a directory\n"
+
+
+def test_cosmoflow_throughput_keeps_the_workdirs_content_and_writes_a_new_json(tmp_path):
+    """A run with --workdir DIR holding the user's file: the datasets go into a new directory
+    inside DIR, removed at the end, the user's file stays; --json is written new, and the
+    same --json again is refused (the script never rewrites a file, its own earlier one
+    included)."""
+    work = tmp_path / "work"
+    work.mkdir()
+    (work / "keep.txt").write_text("the user's")
+    out = tmp_path / "raw.json"
+    proc = bench("cosmoflow_throughput.py", *JSON_SCRIPTS["cosmoflow_throughput.py"], "--workdir", work, "--json", out,
+                 timeout=300)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt"] and (work / "keep.txt").read_text() == "the user's"
+    figures = json.loads(out.read_text())["figures"]
+    assert len(figures) == 4 and all(f["samples/s"] > 0 for f in figures)
+    written = out.read_text()
+    refused(bench("cosmoflow_throughput.py", *JSON_SCRIPTS["cosmoflow_throughput.py"], "--json", out), "--json", out)
+    assert out.read_text() == written
+
+
+def test_multirank_works_in_a_new_directory_and_keeps_the_users(tmp_path):
+    """A failed multirank run keeps its own directory for a post-mortem: a new one inside
+    --workdir, beside the user's files, which stay."""
+    (tmp_path / "keep.txt").write_text("the user's")
+    proc = bench("multirank_throughput.py", "--cases", "deepcam/pytorch", "--epochs", "0", "--workdir", tmp_path,
+                 timeout=300)
+    assert proc.returncode == 1, proc.stderr[-2000:]
+    names = sorted(p.name for p in tmp_path.iterdir())
+    assert len(names) == 2 and names[0] == "keep.txt" and names[1].startswith("multirank-"), names
+    assert (tmp_path / "keep.txt").read_text() == "the user's"
