@@ -452,3 +452,23 @@ def test_an_integer_beyond_a_float_for_a_number_key_is_one_line(tmp_path):
     assert str(e.value).endswith(" is too large a number")
     with pytest.raises(KitError, match=r"^config key 'optimizer.momentum' in --set: 1000.* is too large a number$"):
         load_config("cosmoflow", "mini", [f"optimizer.momentum={10 ** 400}"])
+
+
+@pytest.mark.parametrize("shape", [(2 ** 64,), (2 ** 62, 16, 16, 4), (16, 16, 16, 2 ** 63)])
+def test_an_npy_shape_beyond_int64_is_one_line(tmp_path, shape):
+    """Found by the long campaign: a header whose shape multiplies past int64 was
+    OverflowError in rawread's extent size (np.prod with dtype int64), a traceback through
+    read_sample_into (seed 1, cases 110, 13394); sizes are Python integers, checked against the file."""
+    from hpckit.cosmoflow import data
+    header = f"{{'descr': '<i2', 'fortran_order': False, 'shape': {shape}, }}"
+    split = npy_split(tmp_path, data=fuzz.npy_build(header, bytes(64)))
+    with pytest.raises(KitError) as e:
+        data.read_sample_into(split, 0, SIZE, np.empty((SIZE,) * 3 + (4,), np.int16), np.empty(4, np.float32))
+    assert str(e.value).startswith(f"{split.files[0]}: "), e.value
+    from hpckit.common import rawread
+    fd, st = rawread.open_regular(split.files[0])
+    try:
+        with pytest.raises(KitError, match="truncated or damaged: the array needs bytes"):
+            rawread.npy_extent(fd, split.files[0], st.st_size)
+    finally:
+        os.close(fd)

@@ -26,6 +26,7 @@ bench/feed_rate.py measures the difference on the whole path (bench/README.md).
 
 from __future__ import annotations
 
+import math
 import os
 import stat
 import threading
@@ -55,7 +56,8 @@ class Extent:
 
     @property
     def nbytes(self) -> int:
-        return int(np.prod(self.shape, dtype=np.int64)) * self.dtype.itemsize
+        # exact in Python's integers: a damaged header's shape (2**64,) overflowed int64
+        return math.prod(self.shape) * self.dtype.itemsize
 
 
 def open_regular(path) -> tuple[int, os.stat_result]:
@@ -78,7 +80,7 @@ def open_regular(path) -> tuple[int, os.stat_result]:
 
 def check_within(path, extent: Extent, size: int, what: str) -> None:
     """KitError naming the file when `extent` does not lie within its `size` bytes."""
-    if extent.offset < 0 or extent.offset + extent.nbytes > size:
+    if extent.offset < 0 or extent.nbytes < 0 or extent.offset + extent.nbytes > size:
         raise KitError(f"{path}: truncated or damaged: {what} needs bytes {extent.offset} to "
                        f"{extent.offset + extent.nbytes} of a file of {size} bytes")
 
