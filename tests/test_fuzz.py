@@ -472,3 +472,27 @@ def test_an_npy_shape_beyond_int64_is_one_line(tmp_path, shape):
             rawread.npy_extent(fd, split.files[0], st.st_size)
     finally:
         os.close(fd)
+
+
+def test_an_oc20_storage_with_a_damaged_pickle_protocol_prints_nothing():
+    """Found by the long campaign: a flipped byte in a tensor storage's pickle header (protocol
+    131) was read, but torch printed a UserWarning on stderr: a second line beside the
+    command's (seed 1, case 16285). The reader prints nothing."""
+    import warnings
+
+    import torch
+    from hpckit.oc20.records import check_fields, dumps_record, loads_record
+    n, e = 2, 2
+    fields = {"pos": torch.zeros(n, 3), "atomic_numbers": torch.full((n,), 6.0), "cell": torch.eye(3)[None],
+              "natoms": n, "edge_index": torch.tensor([[0, 1], [1, 0]]),
+              "cell_offsets": torch.zeros(e, 3, dtype=torch.int64), "y": 0.5, "force": torch.zeros(n, 3),
+              "fixed": torch.zeros(n), "tags": torch.zeros(n, dtype=torch.int64), "sid": 1, "fid": 0}
+    raw = dumps_record(fields)
+    head = b"_load_from_bytes\x94\x93\x94B"          # a storage: BINBYTES of torch's legacy format
+    k = raw.index(head) + len(head) + 4
+    assert raw[k:k + 2] == b"\x80\x02"                # its pickle's PROTO 2
+    damaged = raw[:k + 1] + b"\x83" + raw[k + 2:]
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        read = check_fields(loads_record(damaged), "x")
+    assert [str(w.message)[:60] for w in seen] == [] and torch.equal(read["edge_index"], fields["edge_index"])

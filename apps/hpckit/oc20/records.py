@@ -206,8 +206,12 @@ _STAND_INS: dict[tuple[str, str], type] = {}
 
 
 def _load_from_bytes(b: bytes):
+    import warnings
+
     import torch
-    return torch.load(io.BytesIO(b), weights_only=True)
+    with warnings.catch_warnings():   # a reader prints nothing: torch warns of a damaged header it reads anyway
+        warnings.simplefilter("ignore")
+        return torch.load(io.BytesIO(b), weights_only=True)
 
 
 class RecordUnpickler(pickle.Unpickler):
