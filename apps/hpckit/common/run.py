@@ -694,10 +694,13 @@ class MLPerfRun:
         if total[9] == n:
             self.used["gpu_busy_s"] = (self.used["gpu_busy_s"] or 0.0) + total[8]
         self.used["energy_s"] += total[14] / n
-        if total[11] == n:   # every rank's GPU read
-            self.used["gpu_energy_j"] = (self.used["gpu_energy_j"] or 0.0) + total[10]
-        if total[13] == self.ranks.nodes:   # one reader per node, every node read
-            self.used["cpu_energy_j"] = (self.used["cpu_energy_j"] or 0.0) + total[12]
+        # a run's energy covers every epoch or is absent: every rank's GPU read, one reader per
+        # node and every node read, in each epoch
+        for key, got, readers in (("gpu_energy_j", 10, n), ("cpu_energy_j", 12, self.ranks.nodes)):
+            if total[got + 1] == readers and self.used.get(f"{key}_whole", True):
+                self.used[key] = (self.used[key] or 0.0) + total[got]
+            else:
+                self.used[key], self.used[f"{key}_whole"] = None, False
         if counted:   # means over the ranks
             self.used["sync_bytes"] += total[2] / n
             self.used["sync_batches"] += batches
