@@ -134,3 +134,20 @@ def test_the_writers_helpers_refuse_before_making_anything(tmp_path):
     assert made(tmp_path) == before
     (tmp_path / "fits").mkdir()
     fileio.ensure_new_dir(deep_dir(tmp_path / "fits", 3900) / "data", "datagen --out", "hpckit datagen writes")
+
+
+@pytest.mark.parametrize("args", [
+    ["train", "deepcam", "--config", "mini", "--data", "{long}"],
+    ["train", "cosmoflow", "--config", "mini", "--framework", "pytorch", "--data", "{long}"],
+    ["train", "oc20", "--config", "mini", "--data", "{long}"],
+    ["score", "{long}"], ["analyze", "{long}"], ["check", "{long}/mlperf.log"]],
+    ids=["train-deepcam", "train-cosmoflow", "train-oc20", "score", "analyze", "check"])
+def test_an_input_path_too_long_to_look_up_is_one_line(tmp_path, args):
+    """An input the file system cannot even look up (a 300-character name: Path.exists raises
+    ENAMETOOLONG where it returns False for a missing file) is one line naming it, exit 2; it
+    was a traceback in train --data, score, analyze and check."""
+    long = tmp_path / LONG
+    argv = [a.replace("{long}", str(long)) for a in args]
+    if argv[0] == "train":
+        argv += ["--output-dir", str(tmp_path / "out"), "--seed", "1"]
+    one_line(run_hpckit(*argv), LONG)

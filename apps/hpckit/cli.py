@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import errno
 import importlib
 import os
 import sys
@@ -222,6 +223,11 @@ def run_command(argv: list[str] | None) -> int:
         print(f"hpckit {args.command}: interrupted", file=sys.stderr)
         return EXIT_INTERRUPTED
     except OSError as e:
+        if e.errno in (errno.ENAMETOOLONG, errno.ELOOP) and e.filename is not None:
+            # a path given as input that the file system cannot even look up (Path.exists and
+            # is_dir raise these where they return False for a missing file)
+            print(f"hpckit {args.command}: error: {e.filename}: {e.strerror}", file=sys.stderr)
+            return EXIT_USAGE
         if not is_disk_error(e):
             raise
         # a full or read-only file system met outside a place that names its file

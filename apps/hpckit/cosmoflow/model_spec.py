@@ -34,6 +34,9 @@ def validate_model_config(cfg: dict) -> None:
     require(m["leaky_relu_alpha"] >= 0.0, "model.leaky_relu_alpha", "must be >= 0")
     require(m.get("max_pool", "auto") in ("auto", "native", "deterministic"), "model.max_pool",
             f"must be auto, native or deterministic (got {m.get('max_pool')!r})")
+    # 2 ** n of a huge n never ends: a count of poolings beyond the sample's halvings is refused first
+    require(m["n_conv_layers"] <= max(int(size).bit_length(), 1), "model.n_conv_layers",
+            f"{m['n_conv_layers']} halvings of a {size}^3 sample leave nothing (at most {int(size).bit_length()})")
     require(size % (2 ** m["n_conv_layers"]) == 0, "data.sample_size",
             f"{size} must be divisible by 2**model.n_conv_layers = {2 ** m['n_conv_layers']}")
 
