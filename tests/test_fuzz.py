@@ -496,3 +496,15 @@ def test_an_oc20_storage_with_a_damaged_pickle_protocol_prints_nothing():
         warnings.simplefilter("always")
         read = check_fields(loads_record(damaged), "x")
     assert [str(w.message)[:60] for w in seen] == [] and torch.equal(read["edge_index"], fields["edge_index"])
+
+
+@pytest.mark.parametrize("layers", [2 ** 31 - 1, 2 ** 63, 10 ** 40, 8])
+def test_a_count_of_poolings_beyond_the_sample_is_one_line_at_once(layers):
+    """Found by the long campaign (seed 2, case 3887): a huge model.n_conv_layers made the
+    CosmoFlow config check compute 2 ** n, which never ended. Refused first: a 16^3 sample
+    halves at most 5 times."""
+    from hpckit.common.config import load_config
+    from hpckit.cosmoflow.model_spec import validate_model_config
+    cfg = load_config("cosmoflow", "mini", ["data.sample_size=16", f"model.n_conv_layers={layers}"])
+    with pytest.raises(KitError, match="model.n_conv_layers"):   # (before: never returned)
+        validate_model_config(cfg)
