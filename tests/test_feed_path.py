@@ -69,12 +69,15 @@ def deepcam_mini(tmp_path_factory) -> Path:
 
 
 def test_input_wait_sees_a_slow_reader(tmp_path, deepcam_mini):
+    # --allocator glibc: with tcmalloc installed (CI) `hpckit train` restarts itself with it
+    # preloaded (common/memory.reexec_with_tcmalloc), a new interpreter without the slow reader
     shares, waited = {}, {}
     for name, delay in (("normal", 0.0), ("slow", 0.3)):
         out = tmp_path / name
         proc = subprocess.run([sys.executable, "-c", SLOW_READER.format(apps=str(REPO / "apps"), delay=delay),
                                "train", "deepcam", "--data", str(deepcam_mini), "--config", "mini", "--output-dir",
-                               str(out), "--seed", "1", "--threads", "2", "--set", "train.max_steps=8",
+                               str(out), "--seed", "1", "--threads", "2", "--allocator", "glibc",
+                               "--set", "train.max_steps=8",
                                "--set", "data.n_train=32", "--set", "data.n_valid=8"],
                               capture_output=True, text=True, timeout=600, cwd=REPO)
         assert proc.returncode == 3, proc.stdout[-2000:] + proc.stderr[-2000:]   # step-limited: not converged
