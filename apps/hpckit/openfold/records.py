@@ -1,0 +1,1025 @@
+"""OpenFold's training data in the MLPerf reference's processed layout, read as the reference reads it.
+
+The layout (mlcommons/hpc@2c627d4 openfold/README.md:79-91, written by
+scripts/preprocess_pdb_mmcif.py and scripts/preprocess_open_protein_set.py; the paths train.py
+is given, README.md:139-142):
+
+    pdb_mmcif/processed/chains.csv        one row per protein chain of every PDB entry
+    pdb_mmcif/processed/obsolete.dat      PDB's list of obsolete entries and their successors
+    pdb_mmcif/processed/dicts/<xy>        a pickled dict {pdb_id: mmcif_dict} of the entries whose
+                                          id's middle two characters are xy
+    open_protein_set/processed/pdb_alignments/super.index   JSON {pdb_chain_id: {"db", "files"}}
+    open_protein_set/processed/pdb_alignments/<n>.db        the alignment files, concatenated
+
+What the reference reads, and how this module reads it (each function cites the lines it follows):
+
+* chains.csv (`read_chains`): columns pdb_chain_id, pdb_id, author_chain_id, mmcif_chain_ids
+  (';'-joined), release_date (YYYY-MM-DD), resolution (empty: none), pdb_cluster_id (-1: in no
+  cluster), sequence_length, sequence; each row checked, a bad one is one line naming the file
+  and the line.
+* obsolete.dat (`read_obsolete`): the OBSLTE lines' old and new ids, at PDB's fixed columns.
+* the dicts (`load_mmcif_dict`): the reference pickles builtin objects only (dicts, lists,
+  strings, floats, tuples of ints, and zlib-compressed bytes for the atom arrays), so they are
+  read by `loads_builtins`, a pickle reader that builds exactly those and never names a class or
+  a function: a pickle that names one (os.system, numpy's reconstructor, anything) is refused,
+  the file and the name in the message, before anything is built. Never pickle.load. The entry's
+  structure and the atom arrays' sizes are checked before a byte is decompressed.
+* super.index and the shards (`AlignmentIndex`): every entry's shard is a path inside the
+  alignments directory (no absolute path, no '..', no symbolic link out of it), and every byte
+  range is checked against the shard's size before it is read with pread; a3m and hhr files
+  are parsed as the reference's training path parses them (`parse_a3m`, `parse_hhr`).
+* the training set (`training_chains`, `sampler_weights`, `training_index_seed_pairs`) and the
+  CAMEO validation set (`validation_chains`, `validation_index_seed_pairs`), selected, weighted
+  and sampled as openfold/datasets.py and openfold/samplers.py do.
+
+Every bad input is a KitError: one line naming the file (and key or line) at fault.
+"""
+
+from __future__ import annotations
+
+import csv
+import io
+import math
+import os
+import pickletools
+import random
+import re
+import string
+import zlib
+from collections import Counter
+from dataclasses import dataclass, replace
+from datetime import datetime
+from pathlib import Path, PurePosixPath
+
+import numpy as np
+
+from hpckit.common import rawread
+from hpckit.common.errors import KitError
+from hpckit.common.inputs import MAX_INPUT_BYTES, read_bytes, read_json, read_text
+
+# ----------------------------------------------------------------- the layout
+
+PDB_MMCIF_DIR = "pdb_mmcif/processed"
+CHAINS_CSV = "chains.csv"              # preprocess_pdb_mmcif.py:372
+OBSOLETE_DAT = "obsolete.dat"          # preprocess_pdb_mmcif.py:380 (the downloaded file's name, copied)
+DICTS_DIR = "dicts"                    # preprocess_pdb_mmcif.py:330
+ALIGNMENTS_DIR = "open_protein_set/processed/pdb_alignments"   # preprocess_open_protein_set.py:654
+SUPER_INDEX = "super.index"            # preprocess_open_protein_set.py:621; datasets.py:173,271
+SHARD_NAME = "{}.db"                   # preprocess_open_protein_set.py:486
+
+# chains.csv's columns, in the order the preprocessing writes them (preprocess_pdb_mmcif.py:233-243)
+CHAINS_COLUMNS = ("pdb_chain_id", "pdb_id", "author_chain_id", "mmcif_chain_ids", "release_date", "resolution",
+                  "pdb_cluster_id", "sequence_length", "sequence")
+
+# the alignment files the training path reads from a chain's entry (datasets.py:109,121-123)
+TEMPLATE_HITS = "pdb70_hits.hhr"
+MSA_FILES = ("uniref90_hits.a3m", "bfd_uniclust_hits.a3m", "mgnify_hits.a3m")
+
+# train.py's defaults (train.py:85-107), the dates and length the MLPerf runs use
+TRAIN_MAX_PDB_RELEASE_DATE = "2021-09-16"
+VAL_MIN_CAMEO_SUBMISSION_DATE = "2021-09-17"
+VAL_MAX_CAMEO_SUBMISSION_DATE = "2021-12-11"
+VAL_MAX_SEQUENCE_LENGTH = 700
+
+ATOM_TYPE_NUM = 37      # residue_constants.py:521-564: the atom37 layout of all_atom_positions / all_atom_mask
+# hhblits' alphabet to the MSA's integer codes (residue_constants.py:722-750): create_msa_features
+# maps every aligned residue through it (features.py:146); a letter outside it is a KeyError there
+HHBLITS_AA_TO_ID = {"A": 0, "B": 2, "C": 1, "D": 2, "E": 3, "F": 4, "G": 5, "H": 6, "I": 7, "J": 20, "K": 8,
+                    "L": 9, "M": 10, "N": 11, "O": 20, "P": 12, "Q": 13, "R": 14, "S": 15, "T": 16, "U": 1,
+                    "V": 17, "W": 18, "X": 20, "Y": 19, "Z": 3, "-": 21}
+
+_PDB_ID = re.compile(r"[0-9a-z]{4}")          # mmcif.py:270-277: 4 characters, lower case
+_CHAIN_ID = re.compile(r"[0-9A-Za-z]{1,4}")    # PDB's author and label chain ids (auth_asym_id, label_asym_id)
+_DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
+_INT = re.compile(r"-?\d{1,18}")
+
+
+@dataclass(frozen=True)
+class Layout:
+    """The four paths train.py takes (README.md:139-142), under one data root."""
+    chains: Path
+    obsolete: Path
+    dicts: Path
+    alignments: Path
+
+    @classmethod
+    def under(cls, root: str | os.PathLike) -> "Layout":
+        root = Path(root)
+        return cls(chains=root / PDB_MMCIF_DIR / CHAINS_CSV, obsolete=root / PDB_MMCIF_DIR / OBSOLETE_DAT,
+                   dicts=root / PDB_MMCIF_DIR / DICTS_DIR, alignments=root / ALIGNMENTS_DIR)
+
+
+# ----------------------------------------------------------------- chains.csv
+
+@dataclass(frozen=True)
+class Chain:
+    """One row of chains.csv (preprocess_pdb_mmcif.py:233-243), and the column each selection
+    adds: pdb_cluster_size for training (datasets.py:503-512), cameo_target_id for validation
+    (datasets.py:421-431)."""
+    pdb_chain_id: str       # f"{pdb_id}_{author_chain_id}"
+    pdb_id: str
+    author_chain_id: str
+    mmcif_chain_ids: str    # ';'-joined, as in the file
+    release_date: str
+    resolution: float       # nan: none recorded (an empty cell)
+    pdb_cluster_id: int     # -1: in no cluster
+    sequence_length: int
+    sequence: str
+    pdb_cluster_size: int | None = None
+    cameo_target_id: str | None = None
+
+    def csv_row(self) -> list[str]:
+        """The row as the preprocessing's DataFrame.to_csv writes it (resolution a float: repr,
+        nan an empty cell)."""
+        res = "" if math.isnan(self.resolution) else repr(float(self.resolution))
+        return [self.pdb_chain_id, self.pdb_id, self.author_chain_id, self.mmcif_chain_ids, self.release_date,
+                res, str(self.pdb_cluster_id), str(self.sequence_length), self.sequence]
+
+
+def _check_date(text: str) -> bool:
+    if not _DATE.fullmatch(text):
+        return False
+    try:
+        datetime.strptime(text, "%Y-%m-%d")   # as _get_pdb_release_dates parses every row (datasets.py:491-500)
+    except ValueError:
+        return False
+    return True
+
+
+def _chain_from_row(cells: dict, where: str) -> Chain:
+    def bad(column: str, why: str) -> KitError:
+        value = cells.get(column, "")
+        shown = value if len(value) <= 40 else value[:37] + "..."
+        return KitError(f"{where}: column {column} {shown!r}: {why}")
+
+    pdb_id, author = cells["pdb_id"], cells["author_chain_id"]
+    if not _PDB_ID.fullmatch(pdb_id):
+        raise bad("pdb_id", "not a PDB id (4 lower-case letters or digits)")
+    if not _CHAIN_ID.fullmatch(author):
+        raise bad("author_chain_id", "not a chain id (1 to 4 letters or digits)")
+    if cells["pdb_chain_id"] != f"{pdb_id}_{author}":
+        raise bad("pdb_chain_id", f"is not pdb_id_author_chain_id ({pdb_id}_{author})")
+    mmcif_ids = cells["mmcif_chain_ids"].split(";")
+    if not all(_CHAIN_ID.fullmatch(c) for c in mmcif_ids):
+        raise bad("mmcif_chain_ids", "not ';'-joined chain ids")
+    if not _check_date(cells["release_date"]):
+        raise bad("release_date", "not a date YYYY-MM-DD")
+    text = cells["resolution"]
+    if text == "":
+        resolution = float("nan")   # na_values="" (mmcif.py:154-158)
+    else:
+        try:
+            resolution = float(text)
+        except ValueError:
+            raise bad("resolution", "not a number") from None
+        if not math.isfinite(resolution) or resolution < 0:
+            raise bad("resolution", "not a resolution in A (>= 0, or an empty cell)")
+    if not _INT.fullmatch(cells["pdb_cluster_id"]) or int(cells["pdb_cluster_id"]) < -1:
+        raise bad("pdb_cluster_id", "not a cluster id (an integer >= 0, or -1)")
+    sequence = cells["sequence"]
+    if not sequence or not sequence.isascii() or not sequence.isalpha() or not sequence.isupper():
+        raise bad("sequence", "not a protein sequence (upper-case one-letter codes)")
+    if not _INT.fullmatch(cells["sequence_length"]) or int(cells["sequence_length"]) != len(sequence):
+        raise bad("sequence_length", f"is not the sequence's length ({len(sequence)})")
+    return Chain(cells["pdb_chain_id"], pdb_id, author, cells["mmcif_chain_ids"], cells["release_date"],
+                 resolution, int(cells["pdb_cluster_id"]), len(sequence), sequence)
+
+
+def read_chains(path: str | os.PathLike) -> list[Chain]:
+    """chains.csv, as load_mmcif_chains_df reads it (mmcif.py:146-164: pd.read_csv with
+    na_values="", keep_default_na=False: only an empty cell is missing, "NA" is a chain id), in
+    the file's order (the datasets index their chains in it). Every row is checked: the columns
+    the preprocessing writes (CHAINS_COLUMNS; others are ignored), a PDB id, chain ids, a date,
+    numbers where numbers are, sequence_length the sequence's length, pdb_chain_id unique; a bad
+    row is one KitError naming the file and its line."""
+    path = Path(path)
+    text = read_text(path, str(path))
+    reader = csv.reader(io.StringIO(text, newline=""), strict=True)
+    try:
+        header = next(reader, None)
+        if header is None:
+            raise KitError(f"{path}: empty (chains.csv starts with a header line naming its columns)")
+        missing = [c for c in CHAINS_COLUMNS if c not in header]
+        if missing:
+            raise KitError(f"{path} line 1: no column {', '.join(missing)} (the reference's chains.csv has "
+                           f"{', '.join(CHAINS_COLUMNS)})")
+        if len(set(header)) != len(header):
+            raise KitError(f"{path} line 1: a column is named twice")
+        at = {c: header.index(c) for c in CHAINS_COLUMNS}
+        chains: list[Chain] = []
+        seen: dict[str, int] = {}
+        for row in reader:
+            if not row:    # pandas skips blank lines
+                continue
+            where = f"{path} line {reader.line_num}"
+            if len(row) != len(header):
+                raise KitError(f"{where}: {len(row)} fields, the header names {len(header)}")
+            chain = _chain_from_row({c: row[i] for c, i in at.items()}, where)
+            if chain.pdb_chain_id in seen:
+                raise KitError(f"{where}: pdb_chain_id {chain.pdb_chain_id} again (first on line "
+                               f"{seen[chain.pdb_chain_id]})")
+            seen[chain.pdb_chain_id] = reader.line_num
+            chains.append(chain)
+    except csv.Error as e:
+        raise KitError(f"{path} line {reader.line_num}: not CSV ({e})") from None
+    return chains
+
+
+# ----------------------------------------------------------------- obsolete.dat
+
+def read_obsolete(path: str | os.PathLike) -> dict[str, str]:
+    """{obsolete pdb_id: its successor}, as _load_pdb_obsolete_mapping reads obsolete.dat
+    (templates.py:190-204): each stripped line that starts with OBSLTE and is longer than 30
+    characters holds the old id at columns 20-23 and the new at 29-32 (lower-cased); shorter
+    OBSLTE lines (an entry withdrawn without a successor) and every other line are skipped. An
+    id that is not 4 letters or digits is one KitError naming the file and line."""
+    path = Path(path)
+    mapping = {}
+    for n, line in enumerate(read_text(path, str(path)).strip().split("\n"), 1):
+        line = line.strip()
+        if line.startswith("OBSLTE") and len(line) > 30:
+            old, new = line[20:24].lower(), line[29:33].lower()
+            if not (_PDB_ID.fullmatch(old) and _PDB_ID.fullmatch(new)):
+                raise KitError(f"{path} line {n}: not an OBSLTE record (PDB ids at columns 21-24 and 30-33: "
+                               f"{line[:40]!r})")
+            mapping[old] = new
+    return mapping
+
+
+# ----------------------------------------------------------------- the mmCIF dicts
+
+# Opcodes that build a builtin value from the pickle's own bytes; anything else (a global: GLOBAL,
+# STACK_GLOBAL, INST; a call or object construction: REDUCE, NEWOBJ, OBJ, BUILD; an extension code,
+# a persistent id, an out-of-band buffer; Python 2's byte strings) is refused.
+_CONSTANTS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4",
+              "FLOAT", "BINFLOAT", "UNICODE", "BINUNICODE", "SHORT_BINUNICODE", "BINUNICODE8", "BINBYTES",
+              "SHORT_BINBYTES", "BINBYTES8"}
+_SINGLETONS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
+_NAMING = {"GLOBAL", "INST"}
+
+
+class PickleRefused(ValueError):
+    """A pickle that names a global or builds an object; `name` says which."""
+
+
+def loads_builtins(raw: bytes):
+    """The value of a pickle that holds only builtin values: None, bools, ints, floats, str,
+    bytes, and lists, tuples, dicts, sets and frozensets of them (what the reference's mmCIF
+    dicts are: preprocess_pdb_mmcif.py:171-172 pickles mmcif.py:196-206's dict, its atoms
+    compressed to bytes and shape tuples by mmcif.py:210-230). The opcodes are decoded by
+    pickletools.genops (which runs nothing) and the values built here: a pickle that names a
+    global or would call anything raises PickleRefused naming it, before anything is built from
+    it; a damaged one ValueError (or the error its bytes lead to)."""
+    stack: list = []
+    marks: list[int] = []
+    memo: dict = {}
+
+    def pop_mark() -> list:
+        if not marks:
+            raise ValueError("an opcode takes a mark there is none of")
+        at = marks.pop()
+        items = stack[at:]
+        del stack[at:]
+        return items
+
+    def top(kind: type):
+        if not stack or type(stack[-1]) is not kind:
+            raise ValueError(f"an opcode adds to a {kind.__name__} where there is none")
+        return stack[-1]
+
+    for op, arg, _pos in pickletools.genops(raw):
+        name = op.name
+        if name in ("PROTO", "FRAME"):
+            continue
+        if name == "STOP":
+            if len(stack) != 1 or marks:
+                raise ValueError("the pickle ends with more than one value")
+            return stack[0]
+        if name in _CONSTANTS:
+            stack.append(arg)
+        elif name in _SINGLETONS:
+            stack.append(_SINGLETONS[name])
+        elif name in _NAMING:
+            module, _, attr = str(arg).partition(" ")
+            raise PickleRefused(f"{module}.{attr}")
+        elif name == "STACK_GLOBAL":
+            module, attr = (stack[-2], stack[-1]) if len(stack) >= 2 else ("?", "?")
+            raise PickleRefused(f"{module}.{attr}" if isinstance(module, str) and isinstance(attr, str)
+                                else "a global")
+        elif name == "MARK":
+            marks.append(len(stack))
+        elif name == "POP":
+            if marks and marks[-1] == len(stack):
+                marks.pop()
+            else:
+                stack.pop()
+        elif name == "POP_MARK":
+            pop_mark()
+        elif name == "DUP":
+            stack.append(stack[-1])
+        elif name == "EMPTY_LIST":
+            stack.append([])
+        elif name == "EMPTY_DICT":
+            stack.append({})
+        elif name == "EMPTY_TUPLE":
+            stack.append(())
+        elif name == "EMPTY_SET":
+            stack.append(set())
+        elif name == "APPEND":
+            value = stack.pop()
+            top(list).append(value)
+        elif name == "APPENDS":
+            items = pop_mark()
+            top(list).extend(items)
+        elif name == "LIST":
+            stack.append(pop_mark())
+        elif name == "TUPLE":
+            stack.append(tuple(pop_mark()))
+        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            n = int(name[-1])
+            if len(stack) - (marks[-1] if marks else 0) < n:
+                raise ValueError(f"{name} takes {n} values there are not")
+            items = tuple(stack[-n:])
+            del stack[-n:]
+            stack.append(items)
+        elif name == "DICT":
+            items = pop_mark()
+            if len(items) % 2:
+                raise ValueError("DICT of an odd number of values")
+            stack.append(dict(zip(items[::2], items[1::2])))
+        elif name == "SETITEM":
+            value = stack.pop()
+            key = stack.pop()
+            top(dict)[key] = value
+        elif name == "SETITEMS":
+            items = pop_mark()
+            if len(items) % 2:
+                raise ValueError("SETITEMS of an odd number of values")
+            top(dict).update(zip(items[::2], items[1::2]))
+        elif name == "ADDITEMS":
+            items = pop_mark()
+            top(set).update(items)
+        elif name == "FROZENSET":
+            stack.append(frozenset(pop_mark()))
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            memo[arg] = stack[-1]
+        elif name == "MEMOIZE":
+            memo[len(memo)] = stack[-1]
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            stack.append(memo[arg])
+        else:
+            raise PickleRefused(f"opcode {name}")
+    raise ValueError("the pickle has no STOP")
+
+
+_ENTRY_KEYS = {   # mmcif.py:196-206: the keys of one entry's mmcif_dict and their types
+    "pdb_id": str, "exptl_method": str, "release_date": str, "resolution": (float, int),
+    "author_chain_ids": list, "entity_id_to_mmcif_chain_ids": dict, "mmcif_chain_id_to_author_chain_id": dict,
+    "sequences": dict, "atoms": dict,
+}
+
+
+def dicts_file(dicts_dir: str | os.PathLike, pdb_id: str) -> Path:
+    """The dicts file holding `pdb_id`: its middle two characters (mmcif.py:137-138, the
+    mirror's subdirectory the preprocessing names its output after, preprocess_pdb_mmcif.py:149,168)."""
+    if not isinstance(pdb_id, str) or not _PDB_ID.fullmatch(pdb_id):
+        raise KitError(f"{dicts_dir}: {pdb_id!r:.40} is not a PDB id (4 lower-case letters or digits)")
+    return Path(dicts_dir) / pdb_id[1:3]
+
+
+def read_dicts_file(path: str | os.PathLike) -> dict:
+    """A dicts file's {pdb_id: mmcif_dict}, its atoms still compressed (loads_builtins; a
+    refused or damaged pickle is one KitError naming the file)."""
+    path = Path(path)
+    raw = read_bytes(path, str(path))
+    try:
+        value = loads_builtins(raw)
+    except PickleRefused as e:
+        raise KitError(f"{path}: refused: the pickle names {e}, which the reference's mmCIF dicts do not hold "
+                       "(builtin dicts, lists, strings, numbers and bytes only); nothing in it was run") from None
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError, MemoryError,
+            RecursionError, UnicodeDecodeError, EOFError) as e:
+        first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
+        raise KitError(f"{path}: not a pickle of the reference's mmCIF dicts ({first})") from None
+    if type(value) is not dict:
+        raise KitError(f"{path}: holds a {type(value).__name__}, not the reference's dict of mmCIF entries")
+    return value
+
+
+def _decompress(blob, shape, dtype, where: str) -> np.ndarray:
+    """One array compress_mmcif_dict_atoms wrote (mmcif.py:210-230: zlib of its bytes, and its
+    shape), inflated as decompress_mmcif_dict_atoms does (mmcif.py:233-257), to no more bytes
+    than the shape says (a damaged or hostile blob never inflates past them)."""
+    need = math.prod(shape) * np.dtype(dtype).itemsize
+    try:
+        inflater = zlib.decompressobj()
+        data = inflater.decompress(blob, need + 1)
+        complete = inflater.eof
+    except zlib.error as e:
+        raise KitError(f"{where}: not zlib-compressed data ({e})") from None
+    if len(data) != need or not complete:
+        raise KitError(f"{where}: holds {'more than ' if len(data) > need else ''}{len(data)} bytes"
+                       f"{'' if complete or len(data) > need else ' (cut short)'}, its shape {tuple(shape)} "
+                       f"needs {need}")
+    return np.frombuffer(data, dtype=np.uint8 if dtype is bool else dtype).reshape(shape).copy()
+
+
+def check_entry(entry, pdb_id: str, where: str) -> None:
+    """One mmcif_dict as preprocess_pdb_mmcif.py writes it (mmcif.py:196-206, atoms compressed),
+    its atom arrays not yet inflated: the keys and types, the chains of sequences and atoms
+    those of author_chain_ids, each chain's arrays shaped (L, 37, 3) and (L, 37) for its L
+    residues (mmcif.py:548-553 asserts it when the dicts are made)."""
+    if type(entry) is not dict:
+        raise KitError(f"{where}: a {type(entry).__name__}, not an mmCIF dict")
+    for key, kind in _ENTRY_KEYS.items():
+        if key not in entry:
+            raise KitError(f"{where}: no '{key}'")
+        if isinstance(entry[key], bool) or not isinstance(entry[key], kind):
+            raise KitError(f"{where}: '{key}' is a {type(entry[key]).__name__}")
+    if entry["pdb_id"] != pdb_id:
+        raise KitError(f"{where}: its pdb_id is {entry['pdb_id']!r:.20}")
+    if not _check_date(entry["release_date"]):
+        raise KitError(f"{where}: release_date {entry['release_date']!r:.40} is not a date YYYY-MM-DD")
+    authors = entry["author_chain_ids"]
+    if not all(type(a) is str for a in authors) or len(set(authors)) != len(authors):
+        raise KitError(f"{where}: author_chain_ids is not a list of distinct chain ids")
+    for key in ("entity_id_to_mmcif_chain_ids", "mmcif_chain_id_to_author_chain_id"):
+        for k, v in entry[key].items():
+            ok = type(k) is str and (type(v) is str if key.endswith("author_chain_id")
+                                     else type(v) is list and all(type(c) is str for c in v))
+            if not ok:
+                raise KitError(f"{where}: {key} is not a mapping of chain ids")
+    sequences, atoms = entry["sequences"], entry["atoms"]
+    if set(sequences) != set(authors) or set(atoms) != set(authors):
+        raise KitError(f"{where}: sequences and atoms are not of the chains author_chain_ids names")
+    for chain in authors:
+        seq = sequences[chain]
+        if type(seq) is not str or not seq.isascii() or not seq.isalpha():
+            raise KitError(f"{where} chain {chain}: its sequence is not one-letter codes")
+        arrays = atoms[chain]
+        if type(arrays) is not dict or set(arrays) != {"all_atom_positions", "all_atom_mask"}:
+            raise KitError(f"{where} chain {chain}: atoms is not all_atom_positions and all_atom_mask")
+        for name, shape in (("all_atom_positions", (len(seq), ATOM_TYPE_NUM, 3)),
+                            ("all_atom_mask", (len(seq), ATOM_TYPE_NUM))):
+            value = arrays[name]
+            if not (type(value) is tuple and len(value) == 2 and type(value[0]) is bytes
+                    and type(value[1]) is tuple):
+                raise KitError(f"{where} chain {chain}: {name} is not (zlib bytes, shape)")
+            if value[1] != shape or not all(type(n) is int for n in value[1]):
+                raise KitError(f"{where} chain {chain}: {name} has shape {value[1]!r:.60}, its "
+                               f"{len(seq)} residues make {shape}")
+
+
+def decompress_atoms(entry: dict, where: str) -> dict:
+    """{author chain: {"all_atom_positions": float32 (L, 37, 3), "all_atom_mask": bool (L, 37)}}
+    of a checked entry (decompress_mmcif_dict_atoms, mmcif.py:233-257), positions finite and
+    the mask's bytes 0 or 1."""
+    out = {}
+    for chain, arrays in entry["atoms"].items():
+        w = f"{where} chain {chain}"
+        pos = _decompress(*arrays["all_atom_positions"], np.float32, f"{w} all_atom_positions")
+        mask = _decompress(*arrays["all_atom_mask"], bool, f"{w} all_atom_mask")
+        if not np.isfinite(pos).all():
+            raise KitError(f"{w} all_atom_positions: holds a non-finite coordinate")
+        if mask.size and mask.max() > 1:
+            raise KitError(f"{w} all_atom_mask: holds a byte that is not a bool")
+        out[chain] = {"all_atom_positions": pos, "all_atom_mask": mask.view(bool)}
+    return out
+
+
+def load_mmcif_dict(dicts_dir: str | os.PathLike, pdb_id: str) -> dict:
+    """The mmcif_dict of `pdb_id`, as load_mmcif_dict returns it (mmcif.py:135-143): the entry
+    of the dicts file named after its middle characters, its atoms inflated to arrays. The file
+    is read and checked whole on every call, as the reference reads it on every sample."""
+    path = dicts_file(dicts_dir, pdb_id)
+    entries = read_dicts_file(path)
+    where = f"{path} key '{pdb_id}'"
+    if pdb_id not in entries:
+        raise KitError(f"{where}: no such entry (chains.csv names it)")
+    entry = entries[pdb_id]
+    check_entry(entry, pdb_id, where)
+    return {**entry, "atoms": decompress_atoms(entry, where)}
+
+
+# ----------------------------------------------------------------- alignments
+
+class AlignmentIndex:
+    """The alignments' super index (load_alignments_super_index, alignments.py:20-34: JSON
+    {pdb_chain_id: {"db": shard file name, "files": [[file name, start, size], ...]}}, written
+    by preprocess_open_protein_set.py:479-512,614-625: each chain's OpenProteinSet files
+    concatenated into its shard, chains with identical sequences sharing one entry) and the
+    shards beside it. `load(key)` reads an entry's files as load_alignments does
+    (alignments.py:37-51), each entry checked when it is first used."""
+
+    def __init__(self, alignments_dir: str | os.PathLike):
+        self.dir = Path(alignments_dir)
+        self.path = self.dir / SUPER_INDEX
+        index = read_json(self.path, str(self.path))
+        if type(index) is not dict:
+            raise KitError(f"{self.path}: holds a {type(index).__name__}, not the reference's JSON object of "
+                           "pdb_chain_id -> {db, files}")
+        self.entries: dict = index
+
+    def __contains__(self, key) -> bool:
+        return key in self.entries
+
+    def __len__(self) -> int:
+        return len(self.entries)
+
+    def keys(self):
+        return self.entries.keys()
+
+    def shard_path(self, db, where: str) -> Path:
+        """The shard `db` names, refused unless it is a file inside the alignments directory:
+        not absolute, no '..', no symbolic link that leads out of it."""
+        if type(db) is not str or not db or "\x00" in db:
+            raise KitError(f"{where}: its db {db!r:.60} is not a shard file name")
+        if os.path.isabs(db) or PurePosixPath(db).is_absolute() or ".." in PurePosixPath(db).parts:
+            raise KitError(f"{where}: its db {db!r:.80} is a path out of {self.dir} (refused: the index names "
+                           "shards inside its own directory)")
+        base = os.path.realpath(self.dir)
+        real = os.path.realpath(self.dir / db)
+        if os.path.commonpath([base, real]) != base:
+            raise KitError(f"{where}: its db {db!r:.80} leads out of {self.dir} through a symbolic link (refused)")
+        return self.dir / db
+
+    def entry(self, key: str) -> tuple[Path, list[tuple[str, int, int]]]:
+        """(shard, [(file name, start, size), ...]) of `key`, checked; KitError naming the index
+        and the key."""
+        where = f"{self.path} key '{key}'"
+        if key not in self.entries:
+            raise KitError(f"{where}: no such entry")
+        value = self.entries[key]
+        if type(value) is not dict or "db" not in value or "files" not in value or type(value["files"]) is not list:
+            raise KitError(f"{where}: not an entry {{\"db\": ..., \"files\": [[name, start, size], ...]}}")
+        shard = self.shard_path(value["db"], where)
+        files, names = [], set()
+        for i, item in enumerate(value["files"]):
+            ok = (type(item) is list and len(item) == 3 and type(item[0]) is str and item[0]
+                  and all(type(n) is int and 0 <= n <= 1 << 62 for n in item[1:]))
+            if not ok:
+                raise KitError(f"{where}: files[{i}] is not [file name, start >= 0, size >= 0]")
+            if item[0] in names:
+                raise KitError(f"{where}: files[{i}] names {item[0]!r:.60} again")
+            names.add(item[0])
+            files.append((item[0], item[1], item[2]))
+        return shard, files
+
+    def load(self, key: str) -> dict[str, str]:
+        """{file name: its text} of `key`'s entry: each byte range checked against the shard's
+        size before it is read (pread; a shard that shrinks meanwhile is a short read, refused);
+        KitError naming the shard, the index and the key."""
+        shard, files = self.entry(key)
+        fd, st = rawread.open_regular(shard)
+        try:
+            out = {}
+            for name, start, size in files:
+                end = start + size
+                if end > st.st_size:
+                    raise KitError(f"{shard}: {st.st_size} bytes, but {self.path} key '{key}' puts {name} at bytes "
+                                   f"{start} to {end} (a truncated shard, or a damaged index)")
+                if size > MAX_INPUT_BYTES:
+                    raise KitError(f"{self.path} key '{key}': {name} is {size} bytes, more than the {MAX_INPUT_BYTES} "
+                                   "an alignment file is read to")
+                buf = bytearray(size)
+                rawread.read_into(fd, shard, rawread.Extent(start, np.dtype(np.uint8), (size,)),
+                                  np.frombuffer(buf, dtype=np.uint8), f"{name} of {key}")
+                try:
+                    out[name] = buf.decode("utf-8")
+                except UnicodeDecodeError as e:
+                    raise KitError(f"{shard}: {name} of {self.path} key '{key}' is not UTF-8 text (byte "
+                                   f"{start + e.start} of the shard)") from None
+            return out
+        finally:
+            os.close(fd)
+
+    def check_all(self) -> None:
+        """Every entry checked (shard inside the directory, ranges within the shard's size):
+        what `load` checks, for all keys, without reading the alignments."""
+        sizes: dict[Path, int] = {}
+        for key in self.entries:
+            shard, files = self.entry(key)
+            if shard not in sizes:
+                fd, st = rawread.open_regular(shard)
+                os.close(fd)
+                sizes[shard] = st.st_size
+            for name, start, size in files:
+                if start + size > sizes[shard]:
+                    raise KitError(f"{shard}: {sizes[shard]} bytes, but {self.path} key '{key}' puts {name} at "
+                                   f"bytes {start} to {start + size} (a truncated shard, or a damaged index)")
+
+
+# ----------------------------------------------------------------- a3m and hhr
+
+def parse_fasta(text: str, where: str) -> tuple[list[str], list[str]]:
+    """(sequences, descriptions) as parse_fasta reads them (parsers.py:42-71): stripped lines,
+    '>' starts a sequence, '#' lines and blank lines skipped. A sequence line before the first
+    '>' (an IndexError there) is one KitError naming `where`."""
+    sequences, descriptions = [], []
+    for n, line in enumerate(text.splitlines(), 1):
+        line = line.strip()
+        if line.startswith(">"):
+            descriptions.append(line[1:])
+            sequences.append("")
+        elif line.startswith("#") or not line:
+            continue
+        elif not sequences:
+            raise KitError(f"{where} line {n}: a sequence before the first '>' header")
+        else:
+            sequences[-1] += line
+    return sequences, descriptions
+
+
+_LOWER = str.maketrans("", "", string.ascii_lowercase)
+
+
+def parse_a3m(text: str, where: str) -> tuple[list[str], list[list[int]]]:
+    """(aligned sequences, deletion matrix) as parse_a3m computes them (parsers.py:135-167):
+    lower-case letters are insertions, counted into the deletion matrix at the next aligned
+    column and removed. Checked as create_msa_features will use them (features.py:139-157): at
+    least one sequence, every aligned sequence as long as the first (the query), every letter
+    in hhblits' alphabet; else one KitError naming `where` and the sequence."""
+    sequences, descriptions = parse_fasta(text, where)
+    if not sequences:
+        raise KitError(f"{where}: no sequence (an a3m file starts with its query)")
+    deletion_matrix, aligned = [], []
+    for i, seq in enumerate(sequences):
+        row, count = [], 0
+        for c in seq:
+            if c.islower():
+                count += 1
+            else:
+                row.append(count)
+                count = 0
+        deletion_matrix.append(row)
+        aligned.append(seq.translate(_LOWER))
+    width = len(aligned[0])
+    for i, seq in enumerate(aligned):
+        if len(seq) != width:
+            raise KitError(f"{where} sequence {i} ({descriptions[i][:40]!r}): {len(seq)} aligned columns, the "
+                           f"query has {width}")
+        bad = set(seq) - HHBLITS_AA_TO_ID.keys()
+        if bad:
+            raise KitError(f"{where} sequence {i} ({descriptions[i][:40]!r}): {sorted(bad)[0]!r} is not in "
+                           "hhblits' alphabet")
+    return aligned, deletion_matrix
+
+
+@dataclass(frozen=True)
+class TemplateHit:
+    """One hit of an hhr file (parsers.py:28-39)."""
+    index: int
+    name: str
+    aligned_cols: int
+    sum_probs: float
+    query: str
+    hit_sequence: str
+    indices_query: list
+    indices_hit: list
+
+
+_HHR_SUMMARY = re.compile(   # parsers.py:274-279
+    "Probab=(.*)[\t ]*E-value=(.*)[\t ]*Score=(.*)[\t ]*Aligned_cols=(.*)[\t ]*Identities=(.*)%[\t ]*"
+    "Similarity=(.*)[\t ]*Sum_probs=(.*)[\t ]*Template_Neff=(.*)")
+_HHR_QUERY = re.compile(r"[\t ]*([0-9]*) ([A-Z-]*)[\t ]*([0-9]*) \([0-9]*\)")    # parsers.py:310
+_HHR_HIT = re.compile(r"[\t ]*([0-9]*) ([A-Z-]*)[\t ]*[0-9]* \([0-9]*\)")       # parsers.py:336
+
+
+def _hhr_indices(sequence: str, start: int, out: list) -> None:
+    """parsers.py:240-251: -1 at a gap, else the residue's index counting from `start`."""
+    for symbol in sequence:
+        if symbol == "-":
+            out.append(-1)
+        else:
+            out.append(start)
+            start += 1
+
+
+def _parse_hhr_hit(lines: list[str], where: str) -> TemplateHit:
+    """One hit's detailed section, as _parse_hhr_hit reads it (parsers.py:254-355): 'No <n>',
+    '>name', the summary line, then the Q and T alignment lines (17 characters of label and
+    name, then start, residues, end and length); the reference's RuntimeErrors, ValueErrors and
+    asserts are KitErrors naming `where`."""
+    if len(lines) < 3:
+        raise KitError(f"{where}: the hit's section has {len(lines)} lines (No, >name and the summary at least)")
+    try:
+        number = int(lines[0].split()[-1])
+    except (ValueError, IndexError):
+        raise KitError(f"{where}: {lines[0][:40]!r} does not end with the hit's number") from None
+    name = lines[1][1:]
+    match = _HHR_SUMMARY.match(lines[2])
+    if match is None:
+        raise KitError(f"{where}: {lines[2][:60]!r} is not the hit's summary line (Probab=... Template_Neff=...)")
+    try:
+        _prob, _evalue, _score, aligned_cols, _ident, _sim, sum_probs, _neff = (float(x) for x in match.groups())
+    except ValueError:
+        raise KitError(f"{where}: the summary line {lines[2][:60]!r} holds a value that is not a number") from None
+    query, hit, indices_query, indices_hit = "", "", [], []
+    block = None
+    for n, line in enumerate(lines[3:], 4):
+        if line.startswith("Q ") and not line.startswith(("Q ss_dssp", "Q ss_pred", "Q Consensus")):
+            m = _HHR_QUERY.match(line[17:])
+            if m is None or not m.group(1) or not m.group(3):
+                raise KitError(f"{where} line {n}: cannot parse the query line {line[:60]!r}")
+            start, delta, end = int(m.group(1)) - 1, m.group(2), int(m.group(3))
+            block = end - start + delta.count("-")
+            if block != len(delta):
+                raise KitError(f"{where} line {n}: the query line's residues do not span {start + 1} to {end}")
+            query += delta
+            _hhr_indices(delta, start, indices_query)
+        elif line.startswith("T ") and not line.startswith(("T ss_dssp", "T ss_pred", "T Consensus")):
+            m = _HHR_HIT.match(line[17:])
+            if m is None or not m.group(1):
+                raise KitError(f"{where} line {n}: cannot parse the template line {line[:60]!r}")
+            delta = m.group(2)
+            if block != len(delta):
+                raise KitError(f"{where} line {n}: the template line's residues are not as many as its query "
+                               "line's")
+            hit += delta
+            _hhr_indices(delta, int(m.group(1)) - 1, indices_hit)
+    return TemplateHit(number, name, int(aligned_cols), sum_probs, query, hit, indices_query, indices_hit)
+
+
+def parse_hhr(text: str, where: str) -> list[TemplateHit]:
+    """The hits of an hhr file, as parse_hhr finds them (parsers.py:358-373): each paragraph
+    from a line starting 'No ' to the next."""
+    lines = text.splitlines()
+    starts = [i for i, line in enumerate(lines) if line.startswith("No ")]
+    starts.append(len(lines))
+    return [_parse_hhr_hit(lines[a:b], f"{where} hit at line {a + 1}") for a, b in zip(starts, starts[1:])]
+
+
+# ----------------------------------------------------------------- the training set
+
+def is_aa_frequency_acceptable(sequence: str, max_aa_frequency: float = 0.8) -> bool:
+    """datasets.py:364-371: no residue type more frequent than `max_aa_frequency`."""
+    if not sequence:
+        return False
+    return Counter(sequence).most_common(1)[0][1] / len(sequence) <= max_aa_frequency
+
+
+def filter_for_training(chains: list[Chain], min_release_date: str = "1900-01-01",
+                        max_release_date: str = "2999-12-31", max_resolution: float = 9.0,
+                        max_aa_frequency: float = 0.8) -> list[Chain]:
+    """_filter_pdb_chains_for_training (datasets.py:331-361, supplement 1.2.5): released between
+    the dates (inclusive, compared as the strings they are), resolution below `max_resolution`
+    or none, no residue type above `max_aa_frequency`, in a cluster (pdb_cluster_id != -1); in
+    the file's order."""
+    return [c for c in chains
+            if min_release_date <= c.release_date <= max_release_date
+            and (math.isnan(c.resolution) or c.resolution < max_resolution)
+            and is_aa_frequency_acceptable(c.sequence, max_aa_frequency)
+            and c.pdb_cluster_id != -1]
+
+
+def with_cluster_sizes(chains: list[Chain]) -> list[Chain]:
+    """_compute_pdb_cluster_size (datasets.py:503-512): each chain's pdb_cluster_size, the number
+    of the given chains in its cluster (0 for -1, no cluster)."""
+    counts = Counter(c.pdb_cluster_id for c in chains)
+    counts[-1] = 0
+    return [replace(c, pdb_cluster_size=counts[c.pdb_cluster_id]) for c in chains]
+
+
+def sampling_weight(chain: Chain) -> float:
+    """_get_weight (datasets.py:374-386, supplement 1.2.5): max(min(L, 512), 256) / 512, divided
+    by the square root of the cluster's size when it has one."""
+    if chain.pdb_cluster_size is None:
+        raise ValueError("sampling_weight needs pdb_cluster_size (with_cluster_sizes)")
+    weight = max(min(chain.sequence_length, 512), 256) / 512
+    if chain.pdb_cluster_size > 0:
+        weight *= 1 / math.sqrt(chain.pdb_cluster_size)
+    return weight
+
+
+def sampler_weights(chains: list[Chain]) -> list[float]:
+    """InitialTrainingDataset.get_sampler_weights (datasets.py:233-238), one per chain in order."""
+    return [sampling_weight(c) for c in chains]
+
+
+def _restrict(chains: list[Chain], use_only: list[str] | None) -> list[Chain]:
+    if use_only is None:
+        return chains
+    keep = set(use_only)
+    return [c for c in chains if c.pdb_chain_id in keep]
+
+
+def check_alignments(chains: list[Chain], index: AlignmentIndex, filter_by_alignments: bool) -> list[Chain]:
+    """_filter_by_alignments / _assert_pdb_alignments (datasets.py:467-488): with the flag, the
+    chains the index has; without, every chain must have an entry (the reference's RuntimeError:
+    one KitError naming the index, how many are missing and the first)."""
+    if filter_by_alignments:
+        return [c for c in chains if c.pdb_chain_id in index]
+    missing = [c.pdb_chain_id for c in chains if c.pdb_chain_id not in index]
+    if missing:
+        raise KitError(f"{index.path}: has no alignments for {len(missing)} of the chains selected from chains.csv "
+                       f"(the first: {missing[0]}); the reference's --filter_by_alignments leaves them out")
+    return chains
+
+
+def training_chains(chains: list[Chain], index: AlignmentIndex,
+                    max_release_date: str = TRAIN_MAX_PDB_RELEASE_DATE, filter_by_alignments: bool = False,
+                    use_only_pdb_chain_ids: list[str] | None = None) -> list[Chain]:
+    """InitialTrainingDataset's samples (datasets.py:164-205): the filtered chains (released from
+    1900-01-01 to `max_release_date`), restricted to `use_only_pdb_chain_ids`, checked or
+    filtered against the alignments, then their cluster sizes; the sample index is the position
+    in this list."""
+    selected = filter_for_training(chains, "1900-01-01", max_release_date)
+    selected = _restrict(selected, use_only_pdb_chain_ids)
+    selected = check_alignments(selected, index, filter_by_alignments)
+    return with_cluster_sizes(selected)
+
+
+def seed_from_string(text: str) -> int:
+    """get_seed_from_string (helpers.py:44-48): 64 random bits of random.Random(text)."""
+    return random.Random(text).getrandbits(64)
+
+
+def training_sampler_seed(seed: int) -> int:
+    """The seed train.py gives the training sampler (train.py:677)."""
+    return seed_from_string(f"initial_training_sampler_{seed}")
+
+
+def training_index_seed_pairs(weights: list[float], num_train_iters: int, local_batch_size: int,
+                              global_batch_size: int, seed: int, rank: int | None = None,
+                              world_size: int | None = None, num_prev_iters: int = 0) -> list[tuple[int, int]]:
+    """InitialTrainingSampler's (index, seed) pairs (samplers.py:28-78): num_train_iters x
+    global_batch_size indices drawn with replacement by torch.multinomial over the float64
+    weights, and as many sample seeds by torch.randint(0, 2**63 - 1), each from a generator
+    seeded with `seed`; a rank takes every world_size-th pair from its own, and skips the
+    iterations already done."""
+    import torch
+    if num_prev_iters > num_train_iters:
+        raise ValueError("num_prev_iters > num_train_iters")
+    if world_size is not None and global_batch_size % world_size:
+        raise ValueError("global_batch_size is not a multiple of world_size")
+    n = num_train_iters * global_batch_size
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    indices = torch.multinomial(torch.tensor(weights, dtype=torch.float64), n, replacement=True, generator=gen)
+    gen = torch.Generator()
+    gen.manual_seed(seed)
+    seeds = torch.randint(0, 2 ** 63 - 1, [n], generator=gen)
+    pairs = list(zip(indices.tolist(), seeds.tolist()))
+    if world_size is not None:
+        pairs = pairs[rank::world_size]
+    return pairs[num_prev_iters * local_batch_size:]
+
+
+# ----------------------------------------------------------------- the CAMEO validation set
+
+# The CAMEO targets the reference validates on, by submission date (hpc@2c627d4
+# openfold/openfold/data/cameo_targets.py:15-230, from cameo3d.org's 3-month list to 2021-12-11):
+# "pdb_id[chain]", the chain an mmCIF (label) chain id, occasionally an author chain id.
+_CAMEO_TEXT = """
+2021-09-18: 7bgg[A] 7bly[A] 7cz9[B] 7d2w[A] 7e6g[A] 7jta[A] 7jua[A] 7ksn[A] 7lm0[A] 7m1w[A] 7o86[A] 7rih[B] 7rij[A]
+    7s3u[A] 7s5n[B]
+2021-09-25: 7ba4[A] 7czo[A] 7dg7[A] 7dg9[A] 7dlw[B] 7du6[A] 7du7[A] 7dvr[A] 7dxs[C] 7dxv[B] 7dxw[A] 7e24[D] 7e57[C]
+    7k3s[A] 7ltc[A] 7mbf[A] 7mj0[C]
+2021-10-02: 7a59[B] 7a73[A] 7aao[A] 7agj[A] 7aj6[L] 7bmu[A] 7bsx[A] 7d3y[A] 7d50[B] 7e4m[A] 7jyp[A] 7n79[A] 7ny0[A]
+    7og3[A] 7p01[A] 7sbc[C]
+2021-10-09: 7d6l[A] 7d8r[A] 7d8s[A] 7jrk[A] 7p2f[A] 7pmu[A] 7r65[A] 7rk1[C] 7rk2[C] 7s6e[B]
+2021-10-16: 7amc[A] 7da9[A] 7dah[E] 7dnm[B] 7eea[A] 7eft[B] 7kgc[A] 7nmb[A] 7o62[B] 7p1b[C] 7p1v[A] 7rrm[C] 7s13[C]
+    7s13[L] 7sh3[A]
+2021-10-23: 7dck[A] 7f17[B] 7msj[A] 7nwz[D] 7nx0[B] 7nx0[E] 7og0[B] 7pkx[A] 7plq[B] 7s6g[A] 7siq[A]
+2021-10-30: 7ar0[B] 7cjs[B] 7dcm[A] 7ef6[A] 7et8[A] 7lc5[A] 7ndr[A] 7nl4[A] 7o49[F] 7s6b[A] 7sir[A] 7v1v[A] 7vmu[A]
+2021-11-06: 6wmk[A] 6wqc[A] 7au7[A] 7b3a[A] 7bcz[A] 7bhy[A] 7dru[C] 7eqx[A] 7eqx[C] 7esx[A] 7f7n[A] 7fbp[B] 7fe3[A]
+    7lew[B] 7mfw[B] 7obm[A] 7ool[A] 7r84[A] 7rwk[A]
+2021-11-13: 6xqj[A] 6z01[A] 7atr[A] 7dfe[A] 7dtp[A] 7kik[A] 7kos[A] 7ouq[A] 7p82[C] 7pbk[A] 7q47[A] 7re4[A] 7re6[A]
+2021-11-20: 6tf4[A] 7awk[A] 7bcj[A] 7djy[A] 7dk9[A] 7dvn[A] 7kqv[D] 7ls0[B] 7ny6[A] 7plb[B] 7rbw[A] 7vnb[A]
+2021-11-27: 7b0d[A] 7e2v[A] 7f6e[B] 7fbh[A] 7fh3[A] 7kiu[A] 7kua[A] 7l6j[A] 7l6y[A] 7lxc[A] 7swh[A] 7swk[B]
+2021-12-04: 7b1k[B] 7b1w[F] 7b26[C] 7b28[F] 7b29[A] 7b2a[A] 7b2o[A] 7bny[B] 7dkk[A] 7dko[A] 7dmf[A] 7dms[A] 7lbu[A]
+    7ljh[A] 7poh[B] 7ppp[A] 7q03[A]
+2021-12-11: 7b4q[A] 7dnu[A] 7e37[A] 7kuw[A] 7kzh[A] 7mfi[A] 7p3t[B] 7q1b[A] 7sf6[A] 7sy9[A] 7t24[A] 7v5y[B] 7vdy[A]
+"""
+
+
+def _cameo_targets() -> dict[str, list[str]]:
+    """{submission date: ["7bgg [A]", ...]} in the reference's form and order."""
+    targets: dict[str, list[str]] = {}
+    date = None
+    for line in _CAMEO_TEXT.strip().splitlines():
+        if not line.startswith(" "):
+            date, line = line.split(":", 1)
+            targets[date] = []
+        targets[date] += [t.replace("[", " [") for t in line.split()]
+    return targets
+
+
+CAMEO_TARGETS = _cameo_targets()
+assert sum(len(v) for v in CAMEO_TARGETS.values()) == 183
+
+
+def parse_cameo_target(target: str) -> str:
+    """_parse_cameo_target (datasets.py:459-464): "7BGG [A]" -> "7bgg_A"."""
+    pdb_id, chain = target.split()
+    return f"{pdb_id.lower()}_{chain.strip('[]')}"
+
+
+def pdb_chain_ids_mapping(chains: list[Chain], where: str = "chains.csv") -> dict[str, str]:
+    """_get_pdb_chain_ids_mapping (datasets.py:435-456): f"{pdb_id}_{mmcif chain id}" -> the
+    chain's pdb_chain_id (author), then each pdb_chain_id to itself where no mmCIF id took it
+    (CAMEO targets named by their author chain). The reference asserts an mmCIF chain maps to
+    one chain only: a KitError naming `where` here."""
+    mapping: dict[str, str] = {}
+    for c in chains:
+        for mmcif_id in c.mmcif_chain_ids.split(";"):
+            key = f"{c.pdb_id}_{mmcif_id}"
+            if key in mapping:
+                raise KitError(f"{where}: mmCIF chain {key} belongs to two chains ({mapping[key]}, {c.pdb_chain_id})")
+            mapping[key] = c.pdb_chain_id
+    for c in chains:
+        mapping.setdefault(c.pdb_chain_id, c.pdb_chain_id)
+    return mapping
+
+
+def select_cameo_targets(chains: list[Chain], min_submission_date: str, max_submission_date: str,
+                         max_sequence_length: int = VAL_MAX_SEQUENCE_LENGTH,
+                         targets: dict[str, list[str]] | None = None, where: str = "chains.csv") -> list[Chain]:
+    """_select_cameo_targets_for_validation (datasets.py:389-432, supplement 1.11.7): the targets
+    submitted between the dates (inclusive) found among the chains by their mmCIF (or author)
+    chain id, the first target of a chain kept; the chains in the file's order, at most
+    `max_sequence_length` long, each with its cameo_target_id."""
+    targets = CAMEO_TARGETS if targets is None else targets
+    mapping = pdb_chain_ids_mapping(chains, where)
+    selected: dict[str, str] = {}
+    for date, ids in targets.items():
+        if not min_submission_date <= date <= max_submission_date:
+            continue
+        for target in ids:
+            key = parse_cameo_target(target)
+            if key in mapping and mapping[key] not in selected:
+                selected[mapping[key]] = target
+    return [replace(c, cameo_target_id=selected[c.pdb_chain_id]) for c in chains
+            if c.pdb_chain_id in selected and c.sequence_length <= max_sequence_length]
+
+
+def validation_chains(chains: list[Chain], index: AlignmentIndex,
+                      min_submission_date: str = VAL_MIN_CAMEO_SUBMISSION_DATE,
+                      max_submission_date: str = VAL_MAX_CAMEO_SUBMISSION_DATE,
+                      max_sequence_length: int = VAL_MAX_SEQUENCE_LENGTH, filter_by_alignments: bool = False,
+                      use_only_pdb_chain_ids: list[str] | None = None,
+                      targets: dict[str, list[str]] | None = None, chains_path: str = "chains.csv") -> list[Chain]:
+    """ValidationDataset's samples (datasets.py:262-298): the CAMEO targets among all chains,
+    restricted to `use_only_pdb_chain_ids`, checked or filtered against the alignments."""
+    selected = select_cameo_targets(chains, min_submission_date, max_submission_date, max_sequence_length,
+                                    targets, str(chains_path))
+    selected = _restrict(selected, use_only_pdb_chain_ids)
+    return check_alignments(selected, index, filter_by_alignments)
+
+
+def validation_index_seed_pairs(chains: list[Chain], rank: int | None = None,
+                                world_size: int | None = None) -> list[tuple[int, int]]:
+    """ValidationSampler's (index, seed) pairs (samplers.py:90-135): every sample once, its seed
+    from its pdb_chain_id; with ranks, the list padded from its start to a multiple of
+    world_size and dealt out rank by rank."""
+    seeds = [seed_from_string(c.pdb_chain_id) for c in chains]
+    indices = list(range(len(chains)))
+    if world_size is not None:
+        epoch = math.ceil(len(indices) / world_size)
+        padding = epoch * world_size - len(indices)
+        padded = indices + (indices * math.ceil(padding / len(indices)) if indices else [])[:padding]
+        indices = padded[rank::world_size]
+    return [(i, seeds[i]) for i in indices]
+
+
+# ----------------------------------------------------------------- one sample's records
+
+@dataclass
+class SampleRecords:
+    """What PDBDataset.__getitem__ reads for one chain before featurising it (datasets.py:78-125):
+    the chain's row, its entry's mmcif_dict, its alignment files, the hhr's template hits and
+    the three MSAs (parsed; an absent file is the empty string, skipped)."""
+    chain: Chain
+    mmcif_dict: dict
+    alignments: dict[str, str]
+    template_hits: list[TemplateHit]
+    msas: list[tuple[list[str], list[list[int]]]]
+
+
+def read_sample(chain: Chain, layout: Layout, index: AlignmentIndex) -> SampleRecords:
+    """The records of one sample (datasets.py:78-125), each checked: the mmcif_dict has the
+    chain, with its sequence; the alignments parse; each MSA's query is as long as the chain."""
+    mmcif = load_mmcif_dict(layout.dicts, chain.pdb_id)
+    where = f"{dicts_file(layout.dicts, chain.pdb_id)} key '{chain.pdb_id}'"
+    if chain.author_chain_id not in mmcif["sequences"]:
+        raise KitError(f"{where}: has no chain {chain.author_chain_id} (chains.csv's {chain.pdb_chain_id})")
+    if mmcif["sequences"][chain.author_chain_id] != chain.sequence:
+        raise KitError(f"{where} chain {chain.author_chain_id}: its sequence is not chains.csv's")
+    alignments = index.load(chain.pdb_chain_id)
+    shard = index.entry(chain.pdb_chain_id)[0]
+
+    def at(name: str) -> str:
+        return f"{shard} ({index.path} key '{chain.pdb_chain_id}', {name})"
+
+    hits = parse_hhr(alignments.get(TEMPLATE_HITS, ""), at(TEMPLATE_HITS))
+    msas = []
+    for name in MSA_FILES:
+        text = alignments.get(name, "")
+        if not text:     # create_msa_features skips an empty or absent MSA (features.py:125-127)
+            continue
+        msa = parse_a3m(text, at(name))
+        if len(msa[0][0]) != chain.sequence_length:
+            raise KitError(f"{at(name)}: its query has {len(msa[0][0])} aligned columns, the chain "
+                           f"{chain.sequence_length} residues")
+        msas.append(msa)
+    return SampleRecords(chain, mmcif, alignments, hits, msas)
