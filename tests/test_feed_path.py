@@ -94,5 +94,7 @@ def test_input_wait_sees_a_slow_reader(tmp_path, deepcam_mini):
     # the loader reads in the loop (mini: loader_workers 0): the 8 steps x 8 samples x 0.3 s are
     # waited for, whatever else the machine does; a normal reader waits less than that
     assert waited["slow"] >= 0.9 * 8 * 8 * 0.3, (waited, shares)
-    assert shares["slow"] > 0.5 and shares["slow"] > shares["normal"] and waited["slow"] > waited["normal"] + 15, \
-        (waited, shares)
+    # the share is wait / epoch time: the machine's other work (a container build in its own
+    # cgroup, which nice does not hold back) lengthens the epoch, so only its order is asserted
+    # (CI: slow 0.39 with 48 % of the epoch spent waiting for a CPU, normal 0.12)
+    assert shares["slow"] > shares["normal"] and waited["slow"] > waited["normal"] + 15, (waited, shares)
