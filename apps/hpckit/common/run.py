@@ -169,10 +169,17 @@ class LogStyle:
     metric_at: str                   # the quality metric: "eval" (between eval_start and eval_stop),
                                      # "after_eval" (between eval_stop and epoch_stop), "after_epoch"
     target_event: str | None = None  # logged with the target when it is reached
+    # the evaluation inside the epoch (eval_start ... eval_stop before epoch_stop), or after it
+    # (epoch_stop, then eval_start ... eval_stop: a reference whose "epoch" is the training
+    # between two evaluations); metric_at "after_epoch" has no meaning then
+    eval_in_epoch: bool = True
+    epoch_unit: str = "epochs"       # what the verdict calls the epochs (a reference without epochs)
 
     def __post_init__(self):
         if self.metric_at not in ("eval", "after_eval", "after_epoch"):
             raise ValueError(f"LogStyle.metric_at: {self.metric_at!r}")
+        if not self.eval_in_epoch and self.metric_at == "after_epoch":
+            raise ValueError("LogStyle: metric_at after_epoch needs eval_in_epoch")
 
 
 @dataclass
@@ -593,64 +600,78 @@ class MLPerfRun:
             self.log.event(self.style.target_event, self.quality.target, metadata={"epoch_num": epoch})
 
     def epochs(self, n_epochs: int, train_epoch: Callable[[int], tuple[int, float]],
-               evaluate: Callable[[], tuple]) -> bool:
+               evaluate: Callable[[], tuple], epoch_num: Callable[[int], int] | None = None) -> bool:
         """Run up to n_epochs (1-based in the log); stop at the target. Returns converged.
         train_epoch(epoch) -> (samples, seconds); evaluate() -> (metric, samples, seconds)
         or (metric, samples, seconds, [(key, value), ...]): events logged right after the
-        metric (DeepCAM's eval_loss)."""
-        for epoch in range(1, n_epochs + 1):
-            self.log.start(C.EPOCH_START, metadata={"epoch_num": epoch})
-            io_start, sync_start, steps_start = usage.io_counters(), self._grad_sync(), self.steps_done
-            cpu_start = usage.cpu_counters()
-            energy_start = (self.gpu_energy.read(), self.cpu_energy.read(), time.perf_counter())
-            self.clock.take()   # nothing before this epoch's first batch counts
-            try:
-                samples, seconds = train_epoch(epoch)
-            except Diverged as e:
-                self.epochs_done, self.status, self.stop_reason = epoch, "aborted", str(e)
-                self._run_stop("aborted", reason=str(e))
-                return False
-            loop = self.clock.take()
-            io_trained, cpu_trained = usage.io_counters(), usage.cpu_counters()
-            self.train_samples += samples
-            self.train_seconds += seconds
-            self.log.event(HPC.THROUGHPUT, samples / seconds if seconds > 0 else 0.0, metadata={"epoch_num": epoch})
-            self.log.start(C.EVAL_START, metadata={"epoch_num": epoch})
-            metric, n_eval, eval_s, *rest = evaluate()
-            extra = rest[0] if rest else []
-            io_evaluated = usage.io_counters()
-            self.eval_samples += n_eval
-            self.eval_seconds += eval_s
-            if self.style.metric_at == "eval":
-                self._log_metric(epoch, metric, extra)
-            self.log.end(C.EVAL_STOP, metadata={"epoch_num": epoch})
-            if self.style.metric_at == "after_eval":
-                self._log_metric(epoch, metric, extra)
-            self.log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch})
-            if self.style.metric_at == "after_epoch":
-                self._log_metric(epoch, metric, extra)
-            self.epochs_done, self.last_metric = epoch, float(metric)
-            sync = {k: (v - (sync_start[k] or 0)) if v is not None else None for k, v in self._grad_sync().items()}
-            energy_end = (self.gpu_energy.read(), self.cpu_energy.read(), time.perf_counter())
-            used = [None if a is None or b is None else max(b - a, 0.0) for a, b in zip(energy_start, energy_end)]
-            self._count_epoch(epoch, usage.io_delta(io_start, io_trained), usage.io_delta(io_trained, io_evaluated),
-                              seconds, sync, self.steps_done - steps_start, usage.cpu_delta(cpu_start, cpu_trained),
-                              loop, used)
-            if self.quality.reached(metric):
-                self.status = "success"
-                self._run_stop("success")
-                return True
-            if not math.isfinite(metric):
-                self.status, self.stop_reason = "aborted", f"{self.quality.metric} is {metric}: training diverged"
-                self._run_stop("aborted", reason=self.stop_reason)
-                return False
-            if self.max_steps is not None and self.steps_done >= self.max_steps:
-                self.status = "aborted"
-                self._run_stop("aborted", reason=f"step-limited: train.max_steps {self.max_steps} reached "
-                                                    "(a smoke test of the full path, not an MLPerf result)")
-                return False
+        metric (DeepCAM's eval_loss). `epoch_num(epoch)`, where given, is the number the log's
+        metadata.epoch_num carries for the 1-based epoch (a reference that numbers its cycles
+        otherwise, e.g. by the training samples seen by their end); train_epoch still gets the
+        1-based epoch."""
+        for index in range(1, n_epochs + 1):
+            if self._epoch(index, epoch_num(index) if epoch_num is not None else index, train_epoch, evaluate):
+                return self.status == "success"
         self.status = "aborted"
-        self._run_stop("aborted", reason=f"target not reached in {n_epochs} epochs")
+        self._run_stop("aborted", reason=f"target not reached in {n_epochs} {self.style.epoch_unit}")
+        return False
+
+    def _epoch(self, index: int, epoch: int, train_epoch: Callable[[int], tuple[int, float]],
+               evaluate: Callable[[], tuple]) -> bool:
+        """One epoch (`index` 1-based, logged as `epoch`) and its evaluation; True when the run
+        stopped (run_stop logged: the target reached, diverged, step-limited)."""
+        self.log.start(C.EPOCH_START, metadata={"epoch_num": epoch})
+        io_start, sync_start, steps_start = usage.io_counters(), self._grad_sync(), self.steps_done
+        cpu_start = usage.cpu_counters()
+        energy_start = (self.gpu_energy.read(), self.cpu_energy.read(), time.perf_counter())
+        self.clock.take()   # nothing before this epoch's first batch counts
+        try:
+            samples, seconds = train_epoch(index)
+        except Diverged as e:
+            self.epochs_done, self.status, self.stop_reason = index, "aborted", str(e)
+            self._run_stop("aborted", reason=str(e))
+            return True
+        loop = self.clock.take()
+        io_trained, cpu_trained = usage.io_counters(), usage.cpu_counters()
+        self.train_samples += samples
+        self.train_seconds += seconds
+        self.log.event(HPC.THROUGHPUT, samples / seconds if seconds > 0 else 0.0, metadata={"epoch_num": epoch})
+        if not self.style.eval_in_epoch:
+            self.log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch})
+        self.log.start(C.EVAL_START, metadata={"epoch_num": epoch})
+        metric, n_eval, eval_s, *rest = evaluate()
+        extra = rest[0] if rest else []
+        io_evaluated = usage.io_counters()
+        self.eval_samples += n_eval
+        self.eval_seconds += eval_s
+        if self.style.metric_at == "eval":
+            self._log_metric(epoch, metric, extra)
+        self.log.end(C.EVAL_STOP, metadata={"epoch_num": epoch})
+        if self.style.metric_at == "after_eval":
+            self._log_metric(epoch, metric, extra)
+        if self.style.eval_in_epoch:
+            self.log.end(C.EPOCH_STOP, metadata={"epoch_num": epoch})
+        if self.style.metric_at == "after_epoch":
+            self._log_metric(epoch, metric, extra)
+        self.epochs_done, self.last_metric = index, float(metric)
+        sync = {k: (v - (sync_start[k] or 0)) if v is not None else None for k, v in self._grad_sync().items()}
+        energy_end = (self.gpu_energy.read(), self.cpu_energy.read(), time.perf_counter())
+        used = [None if a is None or b is None else max(b - a, 0.0) for a, b in zip(energy_start, energy_end)]
+        self._count_epoch(epoch, usage.io_delta(io_start, io_trained), usage.io_delta(io_trained, io_evaluated),
+                          seconds, sync, self.steps_done - steps_start, usage.cpu_delta(cpu_start, cpu_trained),
+                          loop, used)
+        if self.quality.reached(metric):
+            self.status = "success"
+            self._run_stop("success")
+            return True
+        if not math.isfinite(metric):
+            self.status, self.stop_reason = "aborted", f"{self.quality.metric} is {metric}: training diverged"
+            self._run_stop("aborted", reason=self.stop_reason)
+            return True
+        if self.max_steps is not None and self.steps_done >= self.max_steps:
+            self.status = "aborted"
+            self._run_stop("aborted", reason=f"step-limited: train.max_steps {self.max_steps} reached "
+                                                "(a smoke test of the full path, not an MLPerf result)")
+            return True
         return False
 
     def _grad_sync(self) -> dict:
@@ -800,7 +821,7 @@ class MLPerfRun:
         if self.stop_reason:
             state += f" ({self.stop_reason})"
         return (f"hpckit train {self.benchmark}: {state}: {self.quality.metric} {self.last_metric:.4f} "
-                f"(target {self.quality.target}) after {self.epochs_done} epochs; "
+                f"(target {self.quality.target}) after {self.epochs_done} {self.style.epoch_unit}; "
                 f"{self.out_dir / 'mlperf.log'}, {self.out_dir / 'summary.json'}")
 
     def _write_summary(self, error: str | None = None) -> None:
