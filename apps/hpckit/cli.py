@@ -109,6 +109,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--collective-timeout", type=cli_float(-sys.float_info.max, 10 ** 7), default=60.0,
                    metavar="SECONDS",
                    help="a collective waiting longer for a peer fails the run (default 60)")
+    p.add_argument("--checkpoint", default=None, metavar="FILE",
+                   help="openfold: start from these parameters (the reference's --initialize_parameters_from: a "
+                        "state_dict, or a resumable checkpoint with the optimizer's state); its sha256 is logged")
     p.add_argument("--instances", type=positive_int, default=1, metavar="M",
                    help="a throughput campaign: the launch's ranks form M model instances of equal size, "
                         "each trained on its own (own seed, communicator, OUT/instance_<i>/), all starting together")
@@ -208,6 +211,11 @@ def run_command(argv: list[str] | None) -> int:
         if args.command in TOOL_COMMANDS:
             with _stop_on_sigterm():
                 return importlib.import_module(TOOL_COMMANDS[args.command][0]).main(args)
+        if args.command == "train" and args.checkpoint is not None:
+            from hpckit.common.benchmark import descriptors
+            if not descriptors()[args.benchmark].init_checkpoint:
+                raise KitError(f"--checkpoint {args.checkpoint}: {args.benchmark} starts from its model's "
+                               "initialisation, as its reference; no checkpoint is read")
         if args.command == "train" and args.instances > 1:
             from hpckit.common.run import campaign_output_dir
             args.output_dir = str(campaign_output_dir(args.output_dir, args.instances))

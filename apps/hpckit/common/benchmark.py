@@ -32,7 +32,8 @@ class RuleSubstitution:
     official: str
     constant: str
     config_key: str
-    kind: type = float  # float: a positive finite number; int: a positive integer
+    kind: type = float  # float: a positive finite number; int: a positive integer; str: a sha256
+    #                     digest, 64 lower-case hex digits (the only strings substituted)
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,11 @@ class Benchmark:
     # cfg -> (model, step): one training sample's forward + backward for the FLOP count
     # (common/flops.py); the function imports the framework itself, so a descriptor stays light
     flops_sample: Callable[[dict], tuple[object, Callable[[], object]]] | None = None
+    # `hpckit train --checkpoint FILE` (the parameters to start from) is the benchmark's: its
+    # reference starts from a checkpoint; the others refuse the option
+    init_checkpoint: bool = False
+    # why the benchmark's logs count no epochs (their epoch_num is something else; None: epochs)
+    no_epochs: str | None = None
 
     @property
     def comparison(self) -> str:

@@ -9,9 +9,11 @@
 The checker's full output goes next to the log, as `<log>.compliance.txt`.
 
 Rulesets: `hpc-1.0.0`, `hpc-2.0.0`, `hpc-3.0.0` are the official ones, unchanged. `mini` is
-the official hpc 3.0.0 ruleset with only the quality target and the dataset-size rules
-replaced by the values of a kit training config (so a CPU-scale run on synthetic data can
-be judged by every structural and timing rule of the real benchmark). It is generated at
+the official hpc 3.0.0 ruleset with only the quality target, the dataset-size rules and the
+other constants of the full-size benchmark a descriptor names (model size, crop, the starting
+checkpoint's sha256) replaced by the values of a kit training config (so a CPU-scale run on
+synthetic data can be judged by every structural and timing rule of the real benchmark):
+numbers, and sha256 digests (hex digits only). It is generated at
 run time from the installed package's own YAML files: each replaced rule is located by key
 name, checked to still hold the official expression, and rewritten; see `MINI_RULES`.
 """
@@ -88,6 +90,11 @@ def _config_value(config: dict, sub: RuleSubstitution, source: str) -> str:
         if not isinstance(node, dict) or part not in node:
             raise KitError(f"config {source}: no key '{sub.config_key}' (needed by the mini ruleset)")
         node = node[part]
+    if sub.kind is str:   # a sha256 digest: hex digits only, nothing a rule expression could read as code
+        if not isinstance(node, str) or not re.fullmatch(r"[0-9a-f]{64}", node):
+            raise KitError(f"config key '{sub.config_key}' in {source}: expected a sha256 digest (64 lower-case "
+                           f"hex digits), got {node!r:.80}")
+        return node
     if sub.kind is int:
         if isinstance(node, bool) or not isinstance(node, int) or node <= 0:
             raise KitError(f"config key '{sub.config_key}' in {source}: expected a positive integer, got {node!r}")
