@@ -167,9 +167,10 @@ def _bounded_run_checked(out_in_root: str, n_train: int):
     return config
 
 
-# CI runs one step of each benchmark: CosmoFlow with PyTorch (what --framework auto picks on
-# A64FX, asserted above) and DeepCAM. The TensorFlow run adds about a minute under
-# emulation; `make arm64` (HPCKIT_ARM64_ALL=1) and `make arm64-image` run it.
+# CI runs two steps of CosmoFlow with PyTorch (what --framework auto picks on A64FX, asserted
+# above). The TensorFlow run and DeepCAM's (614 s under emulation in the CI of 2026-11-27,
+# 63 s on 2026-11-25's development VM) run with `make arm64` (HPCKIT_ARM64_ALL=1) and
+# `make arm64-image`.
 ALL = os.environ.get("HPCKIT_ARM64_ALL") == "1"
 
 
@@ -199,6 +200,8 @@ def test_cosmoflow_bounded_run(rootfs, framework):
         assert_torch_recorded(out)
 
 
+@pytest.mark.skipif(not ALL, reason="DeepCAM on arm64: make arm64 (HPCKIT_ARM64_ALL=1) runs it, CI does not "
+                                    "(614 s under emulation in the CI of 2026-11-27, its longest test)")
 def test_deepcam_bounded_run(rootfs):
     if not has_torch():
         pytest.skip("no aarch64 CPU torch in the root file system (ARM64_TORCH_FALLBACK=none, or neither "
