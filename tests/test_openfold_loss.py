@@ -34,8 +34,6 @@ from __future__ import annotations
 import importlib
 import json
 import os
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -246,13 +244,6 @@ def feature_summary(batch: dict) -> dict:
 def reference_modules(root: Path):
     """(openfold.config, openfold.loss, openfold.data.transforms, openfold.validation_metrics)."""
     config, _, _ = import_reference(root)
-    try:
-        import Bio  # noqa: F401
-    except ImportError:   # only superimposition.py imports it, for metrics other than lDDT-Ca
-        bio, svd = types.ModuleType("Bio"), types.ModuleType("Bio.SVDSuperimposer")
-        svd.SVDSuperimposer = object
-        sys.modules.setdefault("Bio", bio)
-        sys.modules.setdefault("Bio.SVDSuperimposer", svd)
     return (config, importlib.import_module("openfold.loss"), importlib.import_module("openfold.data.transforms"),
             importlib.import_module("openfold.validation_metrics"))
 

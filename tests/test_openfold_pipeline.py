@@ -28,8 +28,6 @@ import hashlib
 import importlib
 import json
 import os
-import sys
-import types
 from pathlib import Path
 
 import numpy as np
@@ -128,17 +126,6 @@ def raw_digest(raw: dict) -> str:
 def reference_modules(root: Path):
     """(openfold.config, openfold.data.features, openfold.dataloaders, openfold.torch_utils)."""
     import_reference(root)
-    try:
-        import Bio.PDB  # noqa: F401
-    except ImportError:     # mmcif.py imports these at the top; only its mmCIF parser uses them
-        for name in ("Bio", "Bio.PDB", "Bio.Data", "Bio.Data.SCOPData", "Bio.PDB.Model", "Bio.PDB.Structure",
-                     "Bio.SVDSuperimposer"):     # the last as test_openfold_loss stands it in
-            sys.modules.setdefault(name, types.ModuleType(name))
-        sys.modules["Bio"].PDB = sys.modules["Bio.PDB"]
-        sys.modules["Bio.PDB.Model"].Model = object
-        sys.modules["Bio.PDB.Structure"].Structure = object
-        sys.modules["Bio.SVDSuperimposer"].SVDSuperimposer = getattr(sys.modules["Bio.SVDSuperimposer"],
-                                                                     "SVDSuperimposer", object)
     return tuple(importlib.import_module(f"openfold.{m}")
                  for m in ("config", "data.features", "dataloaders", "torch_utils"))
 
