@@ -12,7 +12,7 @@ import importlib
 from dataclasses import dataclass
 from typing import Callable
 
-PACKAGES = ("cosmoflow", "deepcam", "oc20")
+PACKAGES = ("cosmoflow", "deepcam", "oc20", "openfold")
 
 
 @dataclass(frozen=True)

@@ -100,6 +100,10 @@ DATA_CONFIG = {
     "shuffle_top_k_prefiltered": 20,        # :389
     "use_clamped_fape_probability": 0.9,    # :338
 }
+# The kit's own keys of a config's `data:` section, read by the training loop and datagen, not by
+# the pipeline (data_config passes over them): the split sizes, the local batch, the loader's
+# workers, the synthetic data's shape.
+KIT_DATA_KEYS = ("n_train", "n_valid", "batch_size", "loader_workers", "synthetic")
 MSA_UNKNOWN_REPLACE_PROPORTION = 0.0  # features.py:274
 GAP_AGREEMENT_WEIGHT = 0.0            # transforms.py:279
 NUM_RESTYPES_WITH_X = 21              # the 20 residue types and X
@@ -175,6 +179,8 @@ def data_config(cfg: dict | DataConfig) -> DataConfig:
         return cfg
     values = dict(DATA_CONFIG)
     for key, value in (cfg.get("data") or {}).items():
+        if key in KIT_DATA_KEYS:
+            continue
         if key not in DATA_CONFIG:
             raise KitError(f"data.{key}: unknown key (known: {', '.join(DATA_CONFIG)})")
         values[key] = value

@@ -28,19 +28,15 @@ from hpckit.common.errors import KitError
 MARKER = ":::MLLOG "
 
 # benchmark -> (metric key, comparison, official target), from each benchmark's descriptor
-# (hpckit/<benchmark>/__init__.py); other benchmarks (oc20, openfold) are only recorded.
+# (hpckit/<benchmark>/__init__.py).
 TARGETS = {name: (d.metric, d.comparison, d.official_target) for name, d in descriptors().items()}
 # where the kit's logs (hpckit_config, the flattened training config) keep the target
 KIT_TARGET_KEYS = {name: d.target_key for name, d in descriptors().items()}
 _OPS = {"<=": operator.le, ">=": operator.ge}
 _RECORDED_METRICS = ("eval_accuracy", "eval_error")
 # Benchmarks whose logs count no epochs: their epoch_num is something else, and a reader
-# must not call it epochs. OpenFold logs, at each train/eval cycle, the training samples
-# seen by its end (mlcommons/hpc@2c627d4 openfold/train.py:730-734: epoch_num =
-# train_val_cycle_i x global_batch_size x val_every_iters; 5,760 per cycle in the v3.0
-# Clemson logs, 89,280 at their end).
-NO_EPOCHS = {"openfold": "OpenFold counts no epochs (its epoch_num is the training samples seen at each "
-                         "evaluation)"}
+# must not call it epochs (the descriptor's no_epochs says why: OpenFold's).
+NO_EPOCHS = {name: d.no_epochs for name, d in descriptors().items() if d.no_epochs}
 _METRIC_KEYS = {d[0] for d in TARGETS.values()}
 
 
