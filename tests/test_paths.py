@@ -19,7 +19,7 @@ from conftest import run_hpckit
 from hpckit.common import fileio
 from hpckit.common.errors import KitError
 
-BENCHMARKS = ("cosmoflow", "deepcam", "oc20")
+BENCHMARKS = ("cosmoflow", "deepcam", "oc20", "openfold")
 LONG = "n" * 300
 
 
