@@ -49,6 +49,15 @@ by the end of the train/eval cycle (cycle x global batch x val_every_iters, trai
 on epoch_start, epoch_stop, eval_start, eval_accuracy and eval_stop alike: so is the kit's.
 summary.json's `epochs` counts the cycles.
 
+Measured at the reference's size on a CPU (2-core AMD EPYC, 23 GiB, torch 2.13; other
+sessions' tests on the same cores for part of it, CPU wait share 0.34): `hpckit train openfold
+--config reference --set train.max_steps=1` on `hpckit datagen openfold` chains of 256 residues
+(2 training, 1 validation): init 39 s (with the FLOP count on the meta device: 46.7 TFLOP for
+one recycling iteration's forward and backward), the one training step 2,369 s (39.5 min; its
+recycling draw for --seed 1 is 3, so four forwards, the last with autograd and gradient
+checkpointing), the evaluation of the one 256-residue target 545 s (four forwards), 49 min in
+all; peak RSS 13.7 GiB (VmHWM), 14.3 GB at most as /usr/bin/time saw it. Exit 3, step-limited.
+
 Differences from the reference (one line each):
   * run_stop is aborted when the iterations run out below the target (the reference logs
     success whatever the accuracy, train.py:957), as every kit benchmark;
