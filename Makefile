@@ -84,7 +84,7 @@ mutate: $(STAMP)
 # summary.json, perflogs and configs, each file cut, flipped, its length fields at extremes, its
 # values retyped, or code planted in its pickles; CASES cases from seed SEED. Prints the cases and
 # outcomes per format and every finding (a traceback, a signal, a hang, more than one line, code
-# run) with its seed and case number; exit 1 if there is one. CI runs 1,080
+# run) with its seed and case number; exit 1 if there is one. CI runs 1,200
 # (tests/test_fuzz.py).
 .PHONY: fuzz
 fuzz: $(STAMP)

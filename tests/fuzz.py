@@ -17,6 +17,7 @@ the kit's REAL reader on it:
 | npy | the same, on the npy layout (the data, the labels or a file list damaged) |
 | hdf5 | deepcam.data.find_dataset, load_stats, read_raw / read_raw_into |
 | lmdb | oc20.data.find_dataset (LmdbFile.length), LmdbSplit.read of every record |
+| openfold | openfold.records (chains.csv, AlignmentIndex, the training and CAMEO selections), then transforms.make_example of every selected chain; or read_sample of every chain |
 | mllog | results.logs.parse_log, strict and not |
 | summary | common.summary.read_summary |
 | perflog | results.perflog.read_perflogs (the file, or the folder holding it) |
@@ -46,7 +47,7 @@ outcomes per format and every finding with its format, seed and case number, and
 if there was one. `--seed S --first C --cases 1 [--formats F] --keep DIR` replays case C
 and keeps its damaged input.
 
-tests/test_fuzz.py runs 1,080 cases in CI and checks the oracle on the kit's former
+tests/test_fuzz.py runs 1,200 cases in CI and checks the oracle on the kit's former
 unsafe reading (pickle.loads of `length`, LMDB mapped unchecked): the fuzzer finds it.
 """
 
@@ -81,7 +82,8 @@ COSMO_SIZE = 16
 DEEPCAM_HWC = (16, 24, 16)
 OC20_COUNTS = (2, 1)               # train, validation records
 MEMORY_HEADROOM = 3 << 30          # a child's address space: what the worker maps plus this
-BENCHMARKS = ("cosmoflow", "deepcam", "oc20")
+BENCHMARKS = ("cosmoflow", "deepcam", "oc20", "openfold")
+OPENFOLD_COUNTS = (4, 2)           # training, validation chains (datagen adds 4 the training filter drops)
 REAL_RUN_FILES = ("mlperf.log", "summary.json")
 
 # ================================================================== the worker (runs the readers)
@@ -102,6 +104,8 @@ def _import_readers() -> None:
     import hpckit.cosmoflow.data  # noqa: F401
     import hpckit.deepcam.data  # noqa: F401
     import hpckit.oc20.data  # noqa: F401
+    import hpckit.openfold.records  # noqa: F401
+    import hpckit.openfold.transforms  # noqa: F401
     import hpckit.results.logs  # noqa: F401
     import hpckit.results.perflog  # noqa: F401
     for bench in BENCHMARKS:
@@ -154,6 +158,42 @@ def _read_oc20(root: Path, how: str) -> str:
     return f"{n} records"
 
 
+def _read_openfold(root: Path, how: str) -> str:
+    """As `hpckit train openfold` reads its data set: the layout's files, chains.csv, the
+    alignment index, the reference's training and CAMEO selections and sampling weights, then
+    every selected chain's records (mmCIF dict, alignments, template hits with obsolete.dat)
+    made into the model's features, in training or evaluation mode; or ("all") every chain's
+    records, selected or not."""
+    from hpckit.common.config import load_config
+    from hpckit.openfold import records
+    from hpckit.openfold import train as T
+    from hpckit.openfold import transforms as TR
+    cfg = load_config("openfold", "mini")
+    t = cfg["train"]
+    dc = TR.data_config(cfg)
+    layout, _ = T.find_layout(str(root))
+    chains = records.read_chains(layout.chains)
+    index = records.AlignmentIndex(layout.alignments)
+    selected = {"train": records.training_chains(chains, index, t["train_max_pdb_release_date"],
+                                                 t["filter_by_alignments"]),
+                "eval": records.validation_chains(chains, index, t["val_min_cameo_submission_date"],
+                                                  t["val_max_cameo_submission_date"], t["val_max_sequence_length"],
+                                                  t["filter_by_alignments"], chains_path=str(layout.chains))}
+    records.sampler_weights(selected["train"])
+    if how == "all":     # every chain's records, selected or not (each dicts file and alignment read)
+        for chain in chains:
+            records.read_sample(chain, layout, index)
+        return f"{len(chains)} chains' records"
+    source = TR.template_source(chains, layout, dc, how)
+    n = 0
+    for k, chain in enumerate(selected[how]):
+        example = TR.make_example(records.read_sample(chain, layout, index), source, dc, how, 1000 + k)
+        if "aatype" not in example:
+            raise AssertionError(f"make_example returned {sorted(example)[:5]}")
+        n += 1
+    return f"{n} {how} samples"
+
+
 def _read_mllog(root: Path, how: str) -> str:
     from hpckit.results.logs import parse_log
     strict, name = how.split(":", 1)
@@ -200,7 +240,8 @@ def _unsafe_json(root: Path, how: str) -> str:
         return f"{len(json.load(f))} keys"
 
 
-TARGETS = {"cosmoflow": _read_cosmoflow, "deepcam": _read_deepcam, "oc20": _read_oc20, "mllog": _read_mllog,
+TARGETS = {"cosmoflow": _read_cosmoflow, "deepcam": _read_deepcam, "oc20": _read_oc20, "openfold": _read_openfold,
+           "mllog": _read_mllog,
            "summary": _read_summary, "perflog": _read_perflog, "config": _read_config,
            "unsafe-lmdb": _unsafe_lmdb, "unsafe-json": _unsafe_json}
 
@@ -723,7 +764,9 @@ def make_corpus(root: Path, runs: list[Path] = ()) -> None:
              "--width", w, "--seed", 1)
     _datagen("oc20", "--config", "mini", "--out", root / "lmdb", "--train", OC20_COUNTS[0], "--valid",
              OC20_COUNTS[1], "--seed", 1)
-    for d in ("tfrecord-gzip", "tfrecord-plain", "npy", "hdf5", "lmdb"):
+    _datagen("openfold", "--config", "mini", "--out", root / "openfold", "--train", OPENFOLD_COUNTS[0], "--valid",
+             OPENFOLD_COUNTS[1], "--seed", 1)
+    for d in ("tfrecord-gzip", "tfrecord-plain", "npy", "hdf5", "lmdb", "openfold"):
         (root / d / "manifest.json").unlink(missing_ok=True)   # not read by the readers
     prov = provenance.collect("pytorch")
     cfg = yaml.safe_load((REPO / "apps/hpckit/deepcam/configs/mini.yaml").read_text())
@@ -1312,6 +1355,203 @@ def json_mutation(path: Path, data: bytes, rng: random.Random) -> str:
     return what
 
 
+def deep_pickle(n: int) -> bytes:
+    """A valid pickle of n nested lists, made opcode by opcode (pickle.dumps would recurse)."""
+    return b"\x80\x02" + b"]" * n + b"a" * (n - 1) + b"."
+
+
+def _pickle_paths(node, path=()):
+    yield path, node
+    if isinstance(node, dict):
+        for k, v in node.items():
+            yield from _pickle_paths(v, path + (k,))
+    elif isinstance(node, (list, tuple)):
+        for i, v in enumerate(node):
+            yield from _pickle_paths(v, path + (i,))
+
+
+def _replace_at(node, path: tuple, value):
+    """node with the value at path replaced (tuples rebuilt; None as value: the key removed)."""
+    if not path:
+        return value
+    k, rest = path[0], path[1:]
+    if isinstance(node, dict):
+        out = dict(node)
+        if value is None and not rest:
+            del out[k]
+        else:
+            out[k] = _replace_at(node[k], rest, value)
+        return out
+    items = list(node)
+    items[k] = _replace_at(items[k], rest, value)
+    return tuple(items) if isinstance(node, tuple) else items
+
+
+def mmcif_dicts_mutation(data: bytes, rng: random.Random, planted: Path) -> tuple[bytes, str]:
+    """A dicts file ({pdb_id: mmcif_dict}, builtins only, atom arrays as (zlib bytes, shape,
+    dtype)): a value replaced by a hostile one, another shape, dtype or compressed payload
+    (a zlib bomb among them), a key removed, code planted, nesting made deep."""
+    from hpckit.openfold.records import loads_builtins
+    op = rng.random()
+    if op < 0.12:
+        name = rng.choice(sorted(p.name for p in planted.glob("*.pkl")))
+        return (planted / name).read_bytes(), f"plant: {name}"
+    if op < 0.16:
+        n = rng.choice([1000, 100000])
+        return deep_pickle(n), f"{n} nested lists"
+    doc = loads_builtins(data)
+    paths = [p for p, _ in _pickle_paths(doc) if p]
+    path = rng.choice(paths)
+    where = ".".join(map(str, path))
+    node = doc
+    for k in path:
+        node = node[k]
+    op = rng.random()
+    if isinstance(node, bytes) and op < 0.5:
+        value = rng.choice([zlib.compress(b"\0" * (64 << 20), 9), b"", b"x\x9c" + node[2:len(node) // 2],
+                            zlib.compress(b"\1" * 17)])
+        what = f"{where} = a compressed payload of {len(value)} bytes"
+    elif isinstance(node, tuple) and op < 0.5:
+        value = rng.choice([(2 ** 31, 37, 3), (-1, 37, 3), (0,), (1, 2 ** 40), ((1, 2), 3), "text", None])
+        what = f"{where} = {value!r:.40}"
+    elif isinstance(node, str) and op < 0.5:
+        value = rng.choice(["", "float64", "object", "O", "<U4", "../../x", "X" * 5000, "ACDE" * 1000, "\x00"])
+        what = f"{where} = {value!r:.40}"
+    elif op < 0.7:
+        value = hostile_value(rng)
+        what = f"{where} = {value!r:.40}"
+    elif op < 0.85:
+        doc = _replace_at(doc, path, None) if isinstance(_parent(doc, path), dict) else _replace_at(doc, path, [])
+        return pickle.dumps(doc, protocol=rng.choice([0, 2, pickle.HIGHEST_PROTOCOL])), f"{where} removed"
+    else:
+        value = [node] if not isinstance(node, list) else {"x": node}
+        what = f"{where} retyped"
+    doc = _replace_at(doc, path, value)
+    return pickle.dumps(doc, protocol=rng.choice([0, 2, pickle.HIGHEST_PROTOCOL])), what
+
+
+def _parent(doc, path: tuple):
+    for k in path[:-1]:
+        doc = doc[k]
+    return doc
+
+
+def alignment_index_mutation(path: Path, data: bytes, rng: random.Random) -> str:
+    """super.index: an entry's shard pointed outside the folder (a path, '..', an absolute one),
+    a file's byte range set to an extreme, or a JSON-level mutation."""
+    try:
+        doc = json.loads(data)
+    except ValueError:
+        doc = None
+    op = rng.random()
+    if op < 0.45 and isinstance(doc, dict) and doc:
+        key = rng.choice(sorted(doc))
+        entry = doc[key]
+        if rng.random() < 0.5 and isinstance(entry, dict):
+            entry["db"] = rng.choice(["../../../pdb_mmcif/processed/chains.csv", "/etc/passwd", "/proc/self/mem",
+                                      "0.db/../1.db", "", ".", "missing.db", "/dev/zero", "sub/0.db", FIFO,
+                                      "../" * 40 + "etc/hostname"])
+            what = f"{key}.db = {entry['db']!r:.50}"
+        elif isinstance(entry, dict) and isinstance(entry.get("files"), list) and entry["files"]:
+            i = rng.randrange(len(entry["files"]))
+            f = entry["files"][i]
+            if isinstance(f, list) and len(f) == 3:
+                j = rng.choice([1, 2])
+                f[j] = rng.choice([-1, 2 ** 31 - 1, 2 ** 63 - 1, 2 ** 64, 10 ** 30, 0, 1.5, "12", None])
+                what = f"{key}.files[{i}][{j}] = {f[j]!r}"
+            else:
+                entry["files"][i] = hostile_value(rng)
+                what = f"{key}.files[{i}] = {entry['files'][i]!r:.40}"
+        else:
+            doc[key] = hostile_value(rng)
+            what = f"{key} = {doc[key]!r:.40}"
+        if FIFO in what:
+            for d in (path.parent, path.parent.parent):
+                if not (d / FIFO).exists():
+                    os.mkfifo(d / FIFO)
+        path.write_text(json.dumps(doc) + "\n")
+        return what
+    return json_mutation(path, data, rng)
+
+
+def alignment_text_mutation(text: str, rng: random.Random) -> tuple[str, str]:
+    """One alignment file (a3m or hhr) damaged at the level of its text."""
+    lines = text.split("\n")
+    i = rng.randrange(len(lines))
+    op = rng.random()
+    if op < 0.3:
+        lines[i] = rng.choice(["", ">", "-" * 5000, "a" * 300, "\x00\xff", "Q" * 100000, "No 1", "Probab=1e999",
+                               " 1 x y 2 3 4 5 6 7 8 9 10", ">x\n\n\n", "#" * 10, lines[i] * 50])
+        return "\n".join(lines), f"line {i} replaced"
+    if op < 0.5:
+        del lines[i]
+        return "\n".join(lines), f"line {i} removed"
+    if op < 0.65:
+        return "\n".join(lines[:i]), f"cut after line {i}"
+    words = lines[i].split()
+    if words:
+        j = rng.randrange(len(words))
+        words[j] = str(rng.choice([-1, 0, 2 ** 31 - 1, 2 ** 63, 10 ** 30, "nan", "inf", "-0", "1e999", "x"]))
+        lines[i] = " ".join(words)
+    return "\n".join(lines), f"line {i} word changed"
+
+
+def alignment_shard_mutation(path: Path, data: bytes, rng: random.Random) -> str:
+    """A shard (<n>.db, the alignment files concatenated): one of its files damaged as text at
+    the byte range super.index gives (the index fixed to the new length), or the bytes damaged."""
+    index_path = path.parent / "super.index"
+    try:
+        index = json.loads(index_path.read_bytes())
+        spans = [(key, k, f) for key, e in index.items() if isinstance(e, dict) and e.get("db") == path.name
+                 for k, f in enumerate(e["files"])]
+    except (ValueError, OSError, KeyError, TypeError, AttributeError):
+        spans = []
+    if spans and rng.random() < 0.6:
+        key, k, (name, start, size) = rng.choice(spans)
+        old = data[start:start + size].decode("utf-8", "replace")
+        new_text, what = alignment_text_mutation(old, rng)
+        new = new_text.encode("utf-8", "surrogateescape")
+        delta = len(new) - size
+        _write(path, data[:start] + new + data[start + size:])
+        for e in index.values():
+            if isinstance(e, dict) and e.get("db") == path.name:
+                for f in e["files"]:
+                    if f[1] > start:
+                        f[1] += delta
+        index[key]["files"][k][2] = len(new)
+        index_path.write_text(json.dumps(index) + "\n")
+        return f"{key}'s {name}: {what}"
+    new, what = bytes_mutation(data, rng)
+    _write(path, new)
+    return what
+
+
+def openfold_mutation(path: Path, data: bytes, rng: random.Random, planted: Path) -> str:
+    if path.name == "super.index":
+        return alignment_index_mutation(path, data, rng)
+    if path.suffix == ".db":
+        return alignment_shard_mutation(path, data, rng)
+    if path.parent.name == "dicts" and rng.random() < 0.7:
+        new, what = mmcif_dicts_mutation(data, rng, planted)
+        _write(path, new)
+        return what
+    if path.name == "chains.csv" and rng.random() < 0.6:
+        lines = data.decode().split("\n")
+        i = rng.randrange(min(len(lines), 12))
+        cells = lines[i].split(",")
+        j = rng.randrange(len(cells))
+        cells[j] = rng.choice(["", "-1", "0", "2147483648", "99999999999999999999", "nan", "inf", "1e999", "x" * 3000,
+                               "2021-02-30", "9999-12-31", "../x", "A;B;;", '"', "Q" * 100000, cells[j] * 2])
+        lines[i] = ",".join(cells)
+        if rng.random() < 0.2:
+            lines.insert(i, lines[i])
+        path.write_text("\n".join(lines))
+        return f"chains.csv line {i + 1} cell {j} = {cells[j]!r:.40}"
+    new, what = bytes_mutation(data, rng)
+    _write(path, new)
+    return what
+
+
 def mllog_mutation(path: Path, data: bytes, rng: random.Random) -> str:
     lines = data.split(b"\n")
     marked = [i for i, ln in enumerate(lines) if b":::MLLOG " in ln]
@@ -1484,6 +1724,10 @@ FORMATS = {f.name: f for f in (
            ("*/*_data.npy", "*/*_data.npy", "*/*_label.npy", "*/*_label.npy", "*/*.lst")),
     Format("hdf5", "hdf5", "deepcam", ("read_raw", "read_raw_into"), ("*/*.h5", "*/*.h5", "stats.h5")),
     Format("lmdb", "lmdb", "oc20", ("all",), ("*/*.lmdb",)),
+    Format("openfold", "openfold", "openfold", ("train", "eval", "all"),
+           ("pdb_mmcif/processed/chains.csv", "pdb_mmcif/processed/obsolete.dat", "pdb_mmcif/processed/dicts/*",
+            "pdb_mmcif/processed/dicts/*", "open_protein_set/processed/pdb_alignments/super.index",
+            "open_protein_set/processed/pdb_alignments/*.db")),
     Format("mllog", "mllog", "mllog", ("strict", "lenient"), ("*",)),
     Format("summary", "summary", "summary", ("",), ("*",)),
     Format("perflog", "perflog", "perflog", ("file", "folder"), ("local/default/Check.log",)),
@@ -1549,6 +1793,8 @@ def mutate(fmt: Format, data_dir: Path, corpus: Path, rng: random.Random) -> tup
             path.write_bytes(new)
     elif kind == "lmdb":
         what = lmdb_mutation(path, rng, bank / "oc20", planted)
+    elif kind == "openfold":
+        what = openfold_mutation(path, data, rng, planted)
     elif kind == "mllog":
         what = mllog_mutation(path, data, rng)
     elif kind == "summary":
