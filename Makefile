@@ -129,6 +129,12 @@ $(STAMP): pyproject.toml requirements/cpu.txt requirements/constraints-cpu.txt
 # with Podman from a debootstrap base and runs both benchmarks in it (about 15 minutes;
 # without download.pytorch.org, torch is PyPI's 2.9.1: a named deviation).
 # Times under emulation are not speed figures.
+# Every check of the local profile in both HPC container runtimes (podman-hpc, Charliecloud);
+# CI runs each check once, spread over the two (tests/test_containers.py).
+.PHONY: containers-all
+containers-all: $(STAMP)
+	HPCKIT_CONTAINERS_ALL=1 $(BIN)/python -m pytest tests/test_containers.py -v -rs
+
 .PHONY: arm64 arm64-image
 arm64: $(STAMP)
 	sh tests/arm64/build_rootfs.sh build/arm64
