@@ -15,8 +15,9 @@ _KIT_ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), *[os.pardir]
 
 class PyMlperfHpcKit(PythonPackage):
     """The MLPerf HPC reproducibility kit (distribution mlperf-hpc-kit, command `hpckit`):
-    CosmoFlow and DeepCAM on data in their public on-disk formats, MLPerf logging and
-    compliance checks, scoring, and the ReFrame checks' entry point.
+    the MLPerf HPC v3.0 suite (CosmoFlow, DeepCAM, OpenCatalyst, OpenFold) on data in their
+    public on-disk formats, MLPerf logging and compliance checks, scoring, and the ReFrame
+    checks' entry point.
 
     The kit publishes no release tarball. The site profiles' environments build it from
     the working tree of this repository with Spack's `develop:` section (spack.yaml:
@@ -33,7 +34,9 @@ class PyMlperfHpcKit(PythonPackage):
     # The release in pyproject.toml; built through `develop:` in the environments.
     version("0.1.0", branch="main", preferred=True)
 
-    variant("torch", default=True, description="PyTorch backend (CosmoFlow and DeepCAM)")
+    variant(
+        "torch", default=True, description="PyTorch backend (all four; OC20 and OpenFold need it)"
+    )
     variant("tensorflow", default=False, description="TensorFlow/Keras backend (CosmoFlow)")
     variant("horovod", default=False, description="Horovod for multi-rank training")
 
@@ -49,6 +52,8 @@ class PyMlperfHpcKit(PythonPackage):
     depends_on("py-h5py", type=("build", "run"))
     # OC20's LMDB data (hpckit.oc20)
     depends_on("py-lmdb", type=("build", "run"))
+    # OpenFold's processed layout (hpckit.openfold) needs nothing more: csv, zlib and the
+    # kit's own pickle decoder from the standard library, numpy, and torch (+torch)
     # tcmalloc, which `hpckit train` preloads (hpckit/common/memory.py)
     depends_on("gperftools", type="run")
 
@@ -62,4 +67,11 @@ class PyMlperfHpcKit(PythonPackage):
     )
     conflicts("+horovod", when="~torch~tensorflow", msg="Horovod needs a framework")
 
-    import_modules = ["hpckit", "hpckit.common", "hpckit.cosmoflow", "hpckit.deepcam"]
+    import_modules = [
+        "hpckit",
+        "hpckit.common",
+        "hpckit.cosmoflow",
+        "hpckit.deepcam",
+        "hpckit.oc20",
+        "hpckit.openfold",
+    ]
