@@ -138,6 +138,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--ruleset", default=None, metavar="hpc-X.Y.Z",
                    help="also run the official compliance checker on each log, as the summarizer does; "
                         "a run it fails does not count")
+    p.add_argument("--as-published", action="store_true",
+                   help="the tree is a published round: apply the scaling.json each folder holds, as the "
+                        "summarizer run on it does (default: the RCP factor the package checker would write)")
     p.add_argument("--json", default=None, metavar="FILE", type=output_file("--json"),
                    help="also write the scores as JSON (a new file)")
 

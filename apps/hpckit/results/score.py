@@ -35,8 +35,23 @@ RCPs of CosmoFlow and DeepCAM are the same; score a v1.0 tree with --ruleset hpc
 and prints the factor beside the unscaled time. Where the package checker would not run the
 RCP checker (open division, the kit's own runs on synthetic data), a scaling.json in the
 folder is applied as the summarizer reads it.
+A published round (`--as-published`): the summarizer run on the tree as published multiplies
+by the scaling.json each folder holds when it starts (result_summarizer.py:337-348 read at
+:410, before its own RCP check with set_scaling=True at :527-539 rewrites the file for the
+next run), and that is the round's published figure: hpc_results_v3.0's NVIDIA
+eos_n260 OpenFold folder holds no scaling.json and was published at 7.51 min, the unscaled
+olympic mean, although the RCP checker (4.1.68, and the hpc-3.0.0 tag's alike) writes 1.0722
+for it; Clemson's folder holds the 1.0231 the RCP checker writes. With --as-published the kit
+applies the scaling.json found and recomputes nothing.
+The rules are the same for every benchmark but one: at most 1 non-converged run and one
+dropped from each end (`max_dropped_scores = 4 if benchmark == "unet3d" else 1`,
+result_summarizer.py:386; olympic mean :181-201), minutes = (run_stop - run_start) ms / 60000
+(:158-162). OpenFold (hpc 3.0.0) has nothing of its own in scoring: 10 results a set
+(benchmark_meta.py:36), its time in the same run_start/run_stop; its RCPs count samples, not
+epochs (the eval_accuracy's epoch_num, rcp_checker.py:120-123), which only the factor sees.
+Line numbers: mlperf_logging 4.1.68 as installed.
 Weak scaling (`_compute_weak_score_standalone`): number of models = the runs that count
-(at least the benchmark's result count, else invalid); instance scale = number_of_nodes x
+(at least the benchmark's result count, :461, else invalid); instance scale = number_of_nodes x
 max(accelerators_per_node, 1) (`_query_instance_scale`: accelerators, or processors where
 a system has none), equal for every run; time_to_train_all = latest run_stop - earliest
 run_start over the runs that count.
@@ -57,7 +72,7 @@ from hpckit.results.logs import MARKER, RunLog, parse_log
 
 BENCHMARKS = ("cosmoflow", "deepcam", "oc20", "openfold")
 # runs a set needs (mlperf_logging benchmark_meta.py, _ALL_RESULT_FILE_COUNTS['hpc'])
-RESULT_COUNTS = {"cosmoflow": 10, "deepcam": 5, "oc20": 5, "openfold": 10}
+RESULT_COUNTS = {"cosmoflow": 10, "deepcam": 5, "oc20": 5, "openfold": 10}   # 4.1.68 benchmark_meta.py:32-37
 PRUNED = "pruned_results"
 
 
@@ -335,16 +350,18 @@ def _rcp_factor(logs: list[Path], version: str) -> tuple[float, str]:
     return factor, f"RCP check {'passed' if passed else 'failed'}: {message}"
 
 
-def scaling_factor(s: dict, runs: list[RunLog], ruleset: str | None) -> tuple[float, str | None]:
+def scaling_factor(s: dict, runs: list[RunLog], ruleset: str | None,
+                   as_published: bool = False) -> tuple[float, str | None]:
     """(factor, where it comes from) for a strong-scaling set, as the official package checker
-    and summarizer apply it (module doc)."""
+    and summarizer apply it, or, as_published, as the summarizer applies a published tree's
+    scaling.json (module doc)."""
     from hpckit.common.compliance import OFFICIAL_RULESETS
     if not s["system"]:
         return 1.0, None
     folder = Path(s["source"])
     desc = _system_desc(s["org_dir"], s["system"])
     kit = any(_is_kit_log(p) for p in s["logs"])
-    if desc.get("division") != "closed" or kit:
+    if as_published or desc.get("division") != "closed" or kit:
         factor = _scaling_json(folder)
         return factor, ("scaling.json" if factor != 1.0 else None)
     ruleset = ruleset or NEWEST_RULESET
@@ -353,7 +370,7 @@ def scaling_factor(s: dict, runs: list[RunLog], ruleset: str | None) -> tuple[fl
 
 
 def score_sets(paths: list[str | Path], scaling: str | None = None, ruleset: str | None = None,
-               fallback: str | None = None) -> tuple[list[dict], list[str]]:
+               fallback: str | None = None, as_published: bool = False) -> tuple[list[dict], list[str]]:
     if scaling not in (None, "strong", "weak"):
         raise KitError(f"--scaling {scaling}: choose strong or weak")
     verdict = None
@@ -383,7 +400,7 @@ def score_sets(paths: list[str | Path], scaling: str | None = None, ruleset: str
         if s["scaling"] == "weak":
             s["score"] = weak_score(runs, counts, benchmark)
         else:
-            factor, source = scaling_factor(s, runs, ruleset)
+            factor, source = scaling_factor(s, runs, ruleset, as_published)
             s["score"] = strong_score(runs, counts, factor)
             s["score"]["scaling_from"] = source
         digests: dict[str, str] = {}
@@ -468,7 +485,8 @@ def to_json(sets: list[dict]) -> dict:
 
 
 def main_score(args) -> int:
-    sets, notes = score_sets(args.paths, getattr(args, "scaling", None), getattr(args, "ruleset", None))
+    sets, notes = score_sets(args.paths, getattr(args, "scaling", None), getattr(args, "ruleset", None),
+                             as_published=getattr(args, "as_published", False))
     print("\n".join(format_sets(sets, notes)))
     if args.json:
         from hpckit.common.fileio import atomic_write_json
