@@ -508,3 +508,42 @@ def test_a_count_of_poolings_beyond_the_sample_is_one_line_at_once(layers):
     cfg = load_config("cosmoflow", "mini", ["data.sample_size=16", f"model.n_conv_layers={layers}"])
     with pytest.raises(KitError, match="model.n_conv_layers"):   # (before: never returned)
         validate_model_config(cfg)
+
+
+def test_a_template_hit_with_a_bad_name_is_one_line_naming_the_shard(tmp_path):
+    """Found by the fuzzer's first OpenFold campaign (seed 7, cases 757 and 1965): a template hit
+    of a pdb70_hits.hhr whose name is not PDBID_chain was refused in a line that named the
+    chain and the file's name inside the shard, not a file of the data set. The line names
+    the shard it was read from."""
+    import json
+    import re as _re
+
+    from hpckit.cli import main
+    root = tmp_path / "openfold"
+    assert main(["datagen", "openfold", "--config", "mini", "--out", str(root), "--train", "4", "--valid", "2",
+                 "--seed", "1", "--workers", "1"]) == 0
+    align = root / "open_protein_set" / "processed" / "pdb_alignments"
+    index = json.loads((align / "super.index").read_text())
+    damaged = None
+    for key, entry in index.items():
+        name, start, size = next(f for f in entry["files"] if f[0] == "pdb70_hits.hhr")
+        shard = align / entry["db"]
+        data = shard.read_bytes()
+        text = data[start:start + size].decode()
+        m = _re.search(r"^>(\w{4}_\w+) ", text, _re.M)
+        if m:   # the same number of bytes, so that every offset of the index stays right
+            bad = text[:m.start(1)] + "0" * len(m.group(1)) + text[m.end(1):]
+            shard.write_bytes(data[:start] + bad.encode() + data[start + size:])
+            damaged = (key, shard)
+            break
+    assert damaged, "no chain of the tiny set has a template hit"
+    messages = []
+    for how in ("train", "eval"):
+        try:
+            fuzz._read_openfold(root, how)
+        except KitError as e:
+            messages.append(str(e))
+    assert messages, "the damaged hit was read"
+    for message in messages:
+        assert message.startswith(f"{damaged[1]} (") and f"key '{damaged[0]}'" in message, message
+        assert "not PDBID_chain" in message, message

@@ -343,7 +343,7 @@ def raw_features(sample: records.SampleRecords, source: TemplateSource, seed: in
     """The raw feature dict of one sample (datasets.py:100-128): mmCIF, template and MSA
     features, the template hits shuffled with the sample's `seed`."""
     chain = sample.chain
-    hhr_where = f"{chain.pdb_chain_id} {records.TEMPLATE_HITS}"
+    hhr_where = sample.hits_where     # names the shard file the hits were read from
     return {**create_mmcif_features(sample.mmcif_dict, chain.author_chain_id),
             **create_template_features(chain.sequence, sample.template_hits, chain.release_date, chain.pdb_id,
                                        seed, source, hhr_where),

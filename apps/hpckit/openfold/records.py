@@ -994,6 +994,7 @@ class SampleRecords:
     alignments: dict[str, str]
     template_hits: list[TemplateHit]
     msas: list[tuple[list[str], list[list[int]]]]
+    hits_where: str = TEMPLATE_HITS    # the hhr's place (its shard, index and key), for errors about its hits
 
 
 def read_sample(chain: Chain, layout: Layout, index: AlignmentIndex) -> SampleRecords:
@@ -1022,4 +1023,4 @@ def read_sample(chain: Chain, layout: Layout, index: AlignmentIndex) -> SampleRe
             raise KitError(f"{at(name)}: its query has {len(msa[0][0])} aligned columns, the chain "
                            f"{chain.sequence_length} residues")
         msas.append(msa)
-    return SampleRecords(chain, mmcif, alignments, hits, msas)
+    return SampleRecords(chain, mmcif, alignments, hits, msas, at(TEMPLATE_HITS))
