@@ -29,7 +29,7 @@ PERFLOG_FORMAT = ('%(check_job_completion_time)s|%(check_result)s|'
 import os
 import sys
 
-BENCHMARKS = ('cosmoflow', 'deepcam', 'oc20')
+BENCHMARKS = ('cosmoflow', 'deepcam', 'oc20', 'openfold')   # hpckit.common.benchmark.PACKAGES
 
 
 def machine_reference_prefix(profile_dir):

@@ -278,7 +278,7 @@ def test_references(target):
     refs = yaml.safe_load((PROFILES / target / "references.yaml").read_text())
     partitions = {f"{target}:{p['name']}" for p in
                   settings(target)["site_configuration"]["systems"][0]["partitions"]}
-    assert set(refs) <= {"CosmoFlowCheck", "DeepCAMCheck", "OC20Check"}
+    assert set(refs) <= {"CosmoFlowCheck", "DeepCAMCheck", "OC20Check", "OpenFoldCheck"}
     for check, entry in refs.items():
         assert entry["$index"] == ["$partition", "config", "framework"]
         for part, configs in entry.items():

@@ -12,7 +12,7 @@ What a site sets (environment variables, read when ReFrame loads this file):
   HPCKIT_ACCOUNT      Slurm account (-A); Perlmutter GPU accounts end in _g. Unset: none.
   HPCKIT_QOS          Slurm QOS (default: regular)
   HPCKIT_CONSTRAINT   Slurm constraint selecting the GPU nodes (default: gpu)
-  HPCKIT_DATA         folder holding cosmoflow/ and deepcam/ (default: $PSCRATCH/mlperf-hpc)
+  HPCKIT_DATA         folder of cosmoflow/, deepcam/, oc20/, openfold/ (default: $PSCRATCH/mlperf-hpc)
   HPCKIT_STAGE_DIR    node-local staging folder (default: /tmp/hpckit-stage; Perlmutter's
                       GPU nodes have no local disk, /tmp is memory-backed)
   HPCKIT_IMAGE        the Apptainer image (default: $HPCKIT_DATA/images/hpckit-a100-0.1.0.sif)

@@ -18,7 +18,7 @@ Slurm-compatible front end); the rest of the profile does not change.
 What a site sets (environment variables, read when ReFrame loads this file):
   HPCKIT_ACCOUNT      the group (PJM -g, Slurm --account). Unset: none.
   HPCKIT_RSCGRP       the resource group / partition (default: small)
-  HPCKIT_DATA         folder holding cosmoflow/ and deepcam/ (default: /data/<group>/mlperf-hpc,
+  HPCKIT_DATA         folder of cosmoflow/, deepcam/, oc20/, openfold/ (default: /data/<group>/mlperf-hpc,
                       Fugaku's second-layer storage)
   HPCKIT_STAGE_DIR    node-local staging folder (default: $PJM_LOCALTMP/hpckit-stage, the
                       node-temporary area of the first-layer storage, expanded in the job)

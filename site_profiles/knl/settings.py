@@ -12,7 +12,7 @@ What a site sets (environment variables, read when ReFrame loads this file):
   HPCKIT_ACCOUNT      Slurm account (-A). Unset: none.
   HPCKIT_QOS          Slurm QOS (default: regular)
   HPCKIT_CONSTRAINT   Slurm constraint selecting the KNL nodes (default: knl,quad,cache)
-  HPCKIT_DATA         folder holding cosmoflow/ and deepcam/ (default: $SCRATCH/mlperf-hpc)
+  HPCKIT_DATA         folder of cosmoflow/, deepcam/, oc20/, openfold/ (default: $SCRATCH/mlperf-hpc)
   HPCKIT_STAGE_DIR    node-local staging folder (default: /tmp/hpckit-stage; KNL nodes
                       have no disk, /tmp is memory-backed)
   HPCKIT_IMAGE        the Apptainer image (default: $HPCKIT_DATA/images/hpckit-knl-0.1.0.sif)

@@ -14,7 +14,7 @@ What a site sets (environment variables, read when ReFrame loads this file):
   HPCKIT_ACCOUNT      Slurm account (-A). Unset: none.
   HPCKIT_QOS          Slurm QOS (default: regular)
   HPCKIT_CONSTRAINT   Slurm constraint selecting the GPU nodes (default: gpu)
-  HPCKIT_DATA         folder holding cosmoflow/ and deepcam/ (default: $SCRATCH/mlperf-hpc)
+  HPCKIT_DATA         folder of cosmoflow/, deepcam/, oc20/, openfold/ (default: $SCRATCH/mlperf-hpc)
   HPCKIT_STAGE_DIR    node-local staging folder (default: /tmp/hpckit-stage, the NVMe)
   HPCKIT_IMAGE        the Apptainer image (default: $HPCKIT_DATA/images/hpckit-v100-0.1.0.sif)
   HPCKIT_MODULES_SYSTEM  ReFrame modules system (default: nomod)
