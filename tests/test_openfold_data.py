@@ -191,6 +191,25 @@ def test_sabotage_breaks_the_sequence_structure_rule(tmp_path):
     assert np.array_equal(entries[-1].chains[-1].positions, straight[-1].chains[-1].positions)   # validation kept
 
 
+def test_segments_set_the_root_sequences(ds, tmp_path):
+    """data.synthetic.segments: the classes it names replace SEGMENTS' (weights normalised); the
+    defaults named, the same data set as none given (the one written before the key existed)."""
+    assert synthetic.parse_segments(None) == synthetic.SEGMENTS
+    strands = synthetic.parse_segments({"helix": [0, 5, 8], "coil": [0, 2, 4]})
+    assert strands == {"H": (0.0, 5, 8), "E": (1.0, 4, 8), "C": (0.0, 2, 4)}
+    seq = synthetic.root_sequence(np.random.default_rng(0), 60, strands)
+    assert sum(synthetic.CLASS_OF[a] == "E" for a in seq) > 45
+    manifest = make(tmp_path / "a", segments={"strand": [0.3, 4, 8]})     # the default, named
+    assert manifest["structure"]["segments"]["strand"] == [0.3, 4, 8]
+    names = sorted(str(p.relative_to(ds[0])) for p in ds[0].rglob("*") if p.is_file())
+    assert all((ds[0] / n).read_bytes() == (tmp_path / "a" / n).read_bytes() for n in names if n != "manifest.json")
+    for bad in ({"turn": [1, 2, 3]}, {"helix": [1, 5, 4]}, {"helix": [1, 0, 4]}, {"coil": [-1, 2, 4]},
+                {"helix": [0, 5, 8], "strand": [0, 4, 8], "coil": [0, 2, 4]}, [1, 2, 3]):
+        with pytest.raises(KitError) as e:
+            synthetic.parse_segments(bad)
+        one_line(e, "segments")
+
+
 def test_datagen_refuses_a_filled_directory_and_writes_nothing_there(tmp_path):
     out = tmp_path / "out"
     out.mkdir()

@@ -19,9 +19,10 @@ Proteins whose structure follows from their sequence, so that a small model can 
   rotation and translation and 0.02 A of noise (`backbone`). Only N, CA, C, O and CB are
   present (all_atom_mask); a quarter of the chains have 1 to 3 unobserved residues at a
   terminus (mask all False, as for residues missing from a crystal structure).
-* Families (one PDB cluster each): a root sequence drawn segment by segment (helices of 7 to
-  14, strands of 4 to 8, loops of 2 to 5 residues, 85 % of the residues from the segment's
-  class), its members conservative mutants (12 % of the residues replaced within their
+* Families (one PDB cluster each): a root sequence drawn segment by segment (SEGMENTS: helices
+  of 7 to 14, strands of 4 to 8, loops of 2 to 5 residues, drawn 45 : 30 : 25; `segments`, a
+  config's data.synthetic.segments, sets other weights and lengths; 85 % of the residues from
+  the segment's class), its members conservative mutants (12 % of the residues replaced within their
   class): the same fold. A member entry is a monomer, or (15 %) a homodimer whose two author
   chains share one alignment entry (as OpenProteinSet's duplicate chains do); some chains'
   author chain maps to two mmCIF chains (a ligand's).
@@ -203,11 +204,17 @@ def observed_structure(sequence: str, rng: np.random.Generator, built_from: str 
 
 # ----------------------------------------------------------------- sequences, MSAs, templates
 
-def root_sequence(rng: np.random.Generator, length: int) -> str:
+# the root sequences' segments: class -> (weight, shortest, longest)
+SEGMENTS = {"H": (0.45, 7, 14), "E": (0.3, 4, 8), "C": (0.25, 2, 5)}
+SEGMENT_NAMES = {"helix": "H", "strand": "E", "coil": "C"}
+
+
+def root_sequence(rng: np.random.Generator, length: int, segments: dict | None = None) -> str:
+    segments = segments or SEGMENTS
     seq: list[str] = []
     while len(seq) < length:
-        kind = "HEC"[int(rng.choice(3, p=[0.45, 0.3, 0.25]))]
-        n = int({"H": rng.integers(7, 15), "E": rng.integers(4, 9), "C": rng.integers(2, 6)}[kind])
+        kind = "HEC"[int(rng.choice(3, p=[segments[k][0] for k in "HEC"]))]
+        n = int({k: rng.integers(segments[k][1], segments[k][2] + 1) for k in "HEC"}[kind])
         for _ in range(n):
             pool = CLASS_LETTERS[kind] if rng.random() < 0.85 else ALL20
             seq.append(pool[int(rng.integers(len(pool)))])
@@ -391,7 +398,7 @@ def _chain(rng: np.random.Generator, sequence: str, author: str, mmcif_id: str, 
 
 
 def plan(n_train: int, n_valid: int, seed: int, min_length: int, max_length: int,
-         shuffle_labels: bool = False) -> tuple[list[Entry], dict[str, str]]:
+         shuffle_labels: bool = False, segments: dict | None = None) -> tuple[list[Entry], dict[str, str]]:
     """The entries of the data set and obsolete.dat's {old id: new id}."""
     cameo = cameo_targets_in_window()
     ids = _Ids(seed, {records.parse_cameo_target(t).split("_")[0] for _, t in cameo})
@@ -400,7 +407,7 @@ def plan(n_train: int, n_valid: int, seed: int, min_length: int, max_length: int
     count = 0
     while count < n_train:    # training families
         frng = _rng(seed, SALT["family"], family)
-        root = root_sequence(frng, int(frng.integers(min_length, max_length + 1)))
+        root = root_sequence(frng, int(frng.integers(min_length, max_length + 1)), segments)
         for member in range(int(frng.integers(1, 4))):
             if count >= n_train:
                 break
@@ -409,7 +416,7 @@ def plan(n_train: int, n_valid: int, seed: int, min_length: int, max_length: int
             copies = 2 if n_train - count >= 2 and mrng.random() < 0.15 else 1
             built_from = None
             if shuffle_labels:
-                built_from = root_sequence(_rng(seed, SALT["shuffle"], family, member), len(seq))
+                built_from = root_sequence(_rng(seed, SALT["shuffle"], family, member), len(seq), segments)
             nmr = mrng.random() < 0.1
             entry = Entry(ids.new(), _date(mrng, *TRAIN_DATES),
                           float("nan") if nmr else round(float(mrng.uniform(1.2, 3.5)), 2),
@@ -425,7 +432,7 @@ def plan(n_train: int, n_valid: int, seed: int, min_length: int, max_length: int
     for k, why in enumerate(FILTERED_OUT):   # what the training filter drops
         erng = _rng(seed, SALT["extra"], k)
         length = int(erng.integers(min_length, max_length + 1))
-        seq = root_sequence(erng, length)
+        seq = root_sequence(erng, length, segments)
         cluster = family
         date = _date(erng, *TRAIN_DATES)
         resolution = round(float(erng.uniform(1.2, 3.5)), 2)
@@ -457,7 +464,7 @@ def plan(n_train: int, n_valid: int, seed: int, min_length: int, max_length: int
         author = mmcif_id
         if k % 3 == 1 and mmcif_id < "Z" and chr(ord(mmcif_id) + 1) not in taken:   # author != mmCIF id
             author = chr(ord(mmcif_id) + 1)
-        seq = root_sequence(vrng, int(vrng.integers(min_length, max_length + 1)))
+        seq = root_sequence(vrng, int(vrng.integers(min_length, max_length + 1)), segments)
         [chain] = _chain(vrng, seq, author, mmcif_id, family, family, "valid")
         entry.chains.append(chain)
         family += 1
@@ -566,9 +573,34 @@ def dataset_files(entries: list[Entry], obsolete: dict[str, str], seed: int, msa
     return files
 
 
+def parse_segments(segments: dict | None) -> dict:
+    """{"H"|"E"|"C": (weight, shortest, longest)} from a config's data.synthetic.segments,
+    {helix|strand|coil: [weight, shortest, longest]} (the classes it names replace SEGMENTS')."""
+    out = dict(SEGMENTS)
+    if segments is None:
+        return out
+    if not isinstance(segments, dict) or set(segments) - set(SEGMENT_NAMES):
+        raise KitError(f"datagen openfold: segments must map some of {', '.join(SEGMENT_NAMES)} to "
+                       f"[weight, shortest, longest] (got {segments!r:.100})")
+    for name, value in segments.items():
+        ok = isinstance(value, (list, tuple)) and len(value) == 3 and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
+        if not ok or not (value[0] >= 0 and isinstance(value[1], int) and isinstance(value[2], int)
+                          and 1 <= value[1] <= value[2]):
+            raise KitError(f"datagen openfold: segments.{name} must be [weight >= 0, shortest >= 1, longest >= "
+                           f"shortest] (got {value!r:.60})")
+        out[SEGMENT_NAMES[name]] = (float(value[0]), int(value[1]), int(value[2]))
+    total = sum(out[k][0] for k in "HEC")
+    if not total > 0:
+        raise KitError("datagen openfold: segments: the weights sum to 0")
+    if segments:
+        out = {k: (out[k][0] / total, out[k][1], out[k][2]) for k in "HEC"}
+    return out
+
+
 def write_dataset(out: str | os.PathLike, n_train: int, n_valid: int, seed: int = 0, crop: int = 32, *,
                   min_length: int | None = None, max_length: int | None = None, msa_depth: int = 16,
-                  num_shards: int = 2, shuffle_labels: bool = False) -> dict:
+                  num_shards: int = 2, shuffle_labels: bool = False, segments: dict | None = None) -> dict:
     """Write the data set into `out` (a new or empty directory; its parents are created) and
     return its manifest. Chain lengths are drawn from min_length..max_length (default
     max(12, crop // 2) .. 2 * crop: some shorter than the crop, most longer)."""
@@ -586,7 +618,8 @@ def write_dataset(out: str | os.PathLike, n_train: int, n_valid: int, seed: int 
         raise KitError(f"datagen openfold: chain lengths {min_length}..{max_length}: need 10 <= min <= max <= "
                        f"{records.VAL_MAX_SEQUENCE_LENGTH} (the reference's templates need 10 residues, its "
                        "validation takes at most 700)")
-    entries, obsolete = plan(n_train, n_valid, seed, min_length, max_length, shuffle_labels)
+    segs = parse_segments(segments)
+    entries, obsolete = plan(n_train, n_valid, seed, min_length, max_length, shuffle_labels, segs)
     files = dataset_files(entries, obsolete, seed, msa_depth, num_shards)
     lengths = {s: [len(c.sequence) for e in entries for c in e.chains if c.split == s]
                for s in ("train", "valid", "filtered")}
@@ -612,6 +645,7 @@ def write_dataset(out: str | os.PathLike, n_train: int, n_valid: int, seed: int 
                   "pdb_obsolete_filepath": f"{records.PDB_MMCIF_DIR}/{records.OBSOLETE_DAT}",
                   "pdb_alignments_dirpath": records.ALIGNMENTS_DIR},
         "structure": {"atoms": ["N", "CA", "C", "O", "CB"], "noise_A": NOISE_A,
+                      "segments": {name: list(segs[k]) for name, k in SEGMENT_NAMES.items()},
                       "classes": {"helix": HELIX, "strand": STRAND, "coil": COIL}},
     }
     files["manifest.json"] = (json.dumps(manifest, indent=1) + "\n").encode()
@@ -627,7 +661,7 @@ def datagen_command(args) -> int:
     """`hpckit datagen openfold` (the shape of hpckit.oc20.commands.datagen): --out, --train,
     --valid, --seed, --config (counts and sizes from the config's data block: n_train, n_valid,
     crop_size, and an optional data.synthetic mapping of min_length, max_length, msa_depth,
-    num_shards), --shuffle-labels."""
+    num_shards, segments), --shuffle-labels."""
     if (getattr(args, "format", "tfrecord") != "tfrecord" or getattr(args, "size", None) is not None
             or getattr(args, "height", None) is not None or getattr(args, "width", None) is not None):
         raise KitError("datagen openfold: --format, --size, --height and --width are CosmoFlow and DeepCAM options; "
@@ -646,7 +680,7 @@ def datagen_command(args) -> int:
     synth = data.get("synthetic") or {}
     if not isinstance(synth, dict):
         raise KitError(f"datagen openfold: config {args.config}: data.synthetic is not a mapping")
-    unknown = set(synth) - {"min_length", "max_length", "msa_depth", "num_shards"}
+    unknown = set(synth) - {"min_length", "max_length", "msa_depth", "num_shards", "segments"}
     if unknown:
         raise KitError(f"datagen openfold: config {args.config}: unknown key data.synthetic.{sorted(unknown)[0]}")
     manifest = write_dataset(args.out, n_train, n_valid, seed=args.seed, crop=data.get("crop_size", 32),
