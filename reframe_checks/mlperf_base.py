@@ -15,7 +15,8 @@ The dataset fixture has session scope: it is generated once per ReFrame session 
 shared by every variant of the check. A site with a real dataset runs with
 `-S data_dir=/path/to/dataset`: `-S` without a test name sets the variable in the check
 and in its fixture alike, and with it set the fixture generates nothing, it only checks
-that the path holds train/ and validation/. (ReFrame fixtures cannot be made
+that the path holds the benchmark's folders (the fixture's `layout`: train/ and
+validation/; OpenFold's, those of the reference's processed layout). (ReFrame fixtures cannot be made
 conditional on a variable, so the fixture stays in the graph and turns into that check.)
 
 Sabotage (a check that must FAIL): `-S CosmoFlowData.shuffle_labels=true` (or
@@ -95,15 +96,28 @@ def assert_compliant(stdout, ruleset):
 
 
 @sn.deferrable
-def assert_converged(summary):
-    """Fail with 'not converged: final <metric> <value> > target <t> after <n> epochs'."""
+def assert_converged(summary, counted='epochs'):
+    """Fail with 'not converged: final <metric> <value> > target <t> after <n> epochs'
+    (`counted`: what summary.json's `epochs` counts, epoch_unit(benchmark))."""
     if summary.get('converged') is True:
         return True
     metric = summary.get('metric', 'quality')
     missed = '>' if 'error' in metric else '<'   # error: lower is better; accuracy: higher
     raise SanityError(f"not converged: final {metric} {summary.get('final_' + metric)} "
                       f"{missed} target {summary.get('target')} "
-                      f"after {summary.get('epochs')} epochs")
+                      f"after {summary.get('epochs')} {counted}")
+
+
+def epoch_unit(benchmark):
+    """What a benchmark's runs count in summary.json's `epochs`: epochs, or the train/eval
+    cycles of a benchmark whose descriptor says its logs count no epochs (OpenFold:
+    hpckit.common.benchmark.Benchmark.no_epochs); 'epochs' where ReFrame's Python cannot
+    import hpckit (a container profile's host)."""
+    try:
+        from hpckit.common.benchmark import descriptors
+        return 'train/eval cycles' if descriptors()[benchmark].no_epochs else 'epochs'
+    except (ImportError, KeyError):
+        return 'epochs'
 
 
 def recorded_stack(summary_path):
@@ -160,6 +174,7 @@ class MLPerfDataset(rfm.RunOnlyRegressionTest, ProfileEnvironment):
     seed = variable(int, value=0)
     shuffle_labels = variable(typ.Bool, value=False)
     data_dir = variable(str, value='')   # an existing dataset: check it, generate nothing
+    layout = variable(typ.List[str], value=['train', 'validation'])   # the folders it must hold
     executable = 'hpckit'
 
     @run_after('setup')
@@ -176,8 +191,7 @@ class MLPerfDataset(rfm.RunOnlyRegressionTest, ProfileEnvironment):
     def set_command(self):
         if self.data_dir:
             self.executable = 'ls'
-            self.executable_opts = ['-d', os.path.join(self.data_dir, 'train'),
-                                    os.path.join(self.data_dir, 'validation')]
+            self.executable_opts = ['-d', *(os.path.join(self.data_dir, d) for d in self.layout)]
         else:
             self.executable_opts = ['datagen', self.benchmark, '--config', self.config,
                                     '--out', 'data', '--seed', str(self.seed)]
@@ -193,8 +207,8 @@ class MLPerfDataset(rfm.RunOnlyRegressionTest, ProfileEnvironment):
     @sanity_function
     def validate(self):
         if self.data_dir:
-            return sn.assert_eq(self.exitcode, 0, msg=f'dataset {self.data_dir} has '
-                                'no train/ and validation/ directories')
+            return sn.assert_eq(self.exitcode, 0, msg=f'dataset {self.data_dir} has not all of the '
+                                f'directories {", ".join(d + "/" for d in self.layout)}')
         manifest = load_json('data/manifest.json', 'hpckit datagen')
         return sn.all([
             sn.assert_eq(self.exitcode, 0,
@@ -221,6 +235,16 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
     data_dir = variable(str, value='')     # '': train on the dataset fixture's data
     stage_dir = variable(str, value='')    # node-local staging; '': <stagedir>/staged
     overrides = variable(typ.List[str], value=[])   # `--set key=value` for hpckit train
+    # `hpckit train --checkpoint FILE`, the parameters to start from: the closed full-size run
+    # of a benchmark whose reference starts from a checkpoint (OpenFold's); '': none
+    checkpoint = variable(str, value='')
+    # intra-op threads per rank by config, where the config's model is too small to share
+    # among the rank's cores (OpenFold's mini); a config without one: the partition's
+    # `threads`, else the kit's core plan (every core of the rank)
+    threads = variable(typ.Dict[str, int], value={})
+    # what summary.json's `epochs` counts (epoch_unit: epochs, or a benchmark's train/eval
+    # cycles): the `epochs` figure's unit and a not-converged FAIL's word
+    epoch_unit = variable(str, value='epochs')
     # a regression check trains deterministically (same seed, same curve and epochs: time
     # to train measures the system, not the training's luck); a campaign does not
     deterministic = variable(typ.Bool, value=True)
@@ -248,6 +272,11 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
             self.deterministic = False   # the MLPerf campaign runs the kernels a submission would
         self.tags |= {'mlperf', self.benchmark}
         self.ruleset = self.ruleset or ('mini' if self.config == 'mini' else 'hpc-3.0.0')
+
+    @run_after('init')
+    def count_as_the_benchmark_does(self):
+        self.epoch_unit = epoch_unit(self.benchmark)
+        self.perf_variables['epochs'] = sn.make_performance_function(self.summary['epochs'], self.epoch_unit)
 
     @run_after('setup')
     def set_ranks(self):
@@ -278,11 +307,14 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
             '--config', self.config, '--framework', self.framework,
             '--output-dir', 'out', *(['--deterministic'] if self.deterministic else []),
             '--stage-dir', self.stage_dir or 'staged', '--seed', str(self.seed),
-            '--set', shlex.quote(f'mlperf.platform={site_platform(self.current_system.name)}')]
+            '--set', shlex.quote(f'mlperf.platform={site_platform(self.current_system.name)}'),
+            *(['--checkpoint', self.checkpoint] if self.checkpoint else [])]
         if self.local_batch_size:
             self.executable_opts += ['--set', f'data.batch_size={self.local_batch_size}']
-        threads = self.current_partition.extras.get('threads')
-        if threads:   # intra-op threads per rank, where the kit's core plan cannot see the sharing
+        # intra-op threads per rank: the check's for its config (a model too small to share), else
+        # the partition's (where the kit's core plan cannot see the sharing), else the plan's
+        threads = self.threads.get(self.config) or self.current_partition.extras.get('threads')
+        if threads:
             self.executable_opts += ['--threads', str(threads)]
         for o in self.overrides:
             self.executable_opts += ['--set', o]
@@ -300,7 +332,7 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
         exitcode = sn.extractsingle(r'^hpckit train exit code: (\d+)$', self.stdout, 1, int)
         return sn.all([
             assert_trained(exitcode, 'out/summary.json'),
-            assert_converged(self.summary),
+            assert_converged(self.summary, self.epoch_unit),
             assert_compliant(self.stdout, self.ruleset),
             sn.assert_eq(self.summary['status'], 'success', msg='summary status {0!r}'),
             *(sn.assert_in(key, self.summary, msg='summary.json has no {0!r}')
@@ -357,10 +389,6 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
     def eval_throughput(self):
         return self.summary['eval_samples_per_s']
 
-    @performance_function('epochs')
-    def epochs(self):
-        return self.summary['epochs']
-
     # What the run used, measured by the run (summary.json's usage block; 0 where not measured)
     @performance_function('MiB')
     def peak_memory(self):
@@ -397,7 +425,7 @@ class MLPerfTraining(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
         return (self.summary['usage']['train_flops_per_s_per_rank'] or 0) / 1e9
 
 @sn.deferrable
-def assert_campaign(instances, stdout, ruleset):
+def assert_campaign(instances, stdout, ruleset, counted='epochs'):
     """Every instance of the campaign trained, converged and is compliant; a FAIL names
     the first instance that is not."""
     for i in range(instances):
@@ -405,7 +433,7 @@ def assert_campaign(instances, stdout, ruleset):
         if summary.get('error'):
             raise SanityError(f"instance {i}: {summary['error']}")
         try:
-            sn.evaluate(assert_converged(summary))
+            sn.evaluate(assert_converged(summary, counted))
         except SanityError as e:
             raise SanityError(f'instance {i}: {e}') from None
     verdicts = sn.evaluate(sn.extractall(r'^((?:NOT )?COMPLIANT: .*)$', stdout, 1))
@@ -476,7 +504,8 @@ class MLPerfCampaign(rfm.RunOnlyRegressionTest, ProfileEnvironment, special=True
 
     @sanity_function
     def validate(self):
-        return assert_campaign(self.instances, self.stdout, 'mini' if self.config == 'mini' else 'hpc-3.0.0')
+        return assert_campaign(self.instances, self.stdout, 'mini' if self.config == 'mini' else 'hpc-3.0.0',
+                               epoch_unit(self.benchmark))
 
     @property
     def score(self):

@@ -446,10 +446,11 @@ def test_reframe_across_three_nodes(cluster, tmp_path):
     # each instance ran) in a third of the time; CosmoFlow's TensorFlow variant, as
     # test_tensorflow_across_nodes_with_the_cyclic_distribution trains TensorFlow across nodes
     # (the launch line ReFrame writes is the PyTorch variant's) and test_reframe_checks runs it;
-    # OC20 (its multi-rank path: tests/test_oc20_train.py)
+    # OC20 (its multi-rank path: tests/test_oc20_train.py); OpenFold (one rank in
+    # test_reframe_checks, minutes of training)
     proc = cluster.login("env", *(f"{k}={v}" for k, v in env.items()), reframe, "-C",
                          "site_profiles/slurm-multinode/settings.py", "-c", "reframe_checks/", "-x", "DeepCAMCampaign",
-                         "-x", "OC20Check",
+                         "-x", "OC20Check", "-x", "OpenFoldCheck",
                          "-x", "CosmoFlowCheck%framework=tensorflow", "-r", timeout=3000)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]

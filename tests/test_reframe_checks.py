@@ -20,15 +20,21 @@ import pytest
 import yaml
 
 from conftest import run_reframe
+from hpckit.common.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
 REFRAME = Path(sys.executable).parent / 'reframe'
 SABOTAGE_EPOCHS = 8   # healthy mini runs converge in 4-7 epochs
+OPENFOLD_SABOTAGE_CYCLES = 2   # train/eval cycles; a healthy OpenFold mini run needs more (configs/mini.yaml)
 SETTINGS = 'site_profiles/local/settings.py'
 REFERENCES = 'site_profiles/local/references.yaml'
 FRAMEWORKS = ('tensorflow', 'pytorch')                   # CosmoFlow's variants
 VARIANTS = [('CosmoFlowCheck', 'tensorflow'), ('CosmoFlowCheck', 'pytorch'),
-            ('DeepCAMCheck', 'pytorch'), ('OC20Check', 'pytorch')]
+            ('DeepCAMCheck', 'pytorch'), ('OC20Check', 'pytorch'), ('OpenFoldCheck', 'pytorch')]
+FIXTURES = ('CosmoFlowData', 'DeepCAMData', 'OC20Data', 'OpenFoldData')
+CASES = len(VARIANTS) + len(FIXTURES)                    # `make run`'s test cases
+# what each check's `epochs` figure counts: OpenFold has no epochs, it counts train/eval cycles
+COUNTED = {'OpenFoldCheck': 'train/eval cycles'}
 TRAINING_TIMEOUT_S = 3600
 
 
@@ -75,8 +81,9 @@ def test_list_and_dry_run(tmp_path):
         assert f'- CosmoFlowCheck %framework={fw} ' in out
     assert '- DeepCAMCheck %framework=pytorch ' in out
     assert '- OC20Check %framework=pytorch ' in out
+    assert '- OpenFoldCheck %framework=pytorch ' in out
     assert out.count("^CosmoFlowData ~local 'dataset") == 2   # one fixture, shared
-    assert 'Found 4 check(s)' in out
+    assert f'Found {len(VARIANTS)} check(s)' in out
 
     rc, out = reframe(tmp_path, '--dry-run')
     assert rc == 0, out
@@ -95,7 +102,11 @@ def test_list_and_dry_run(tmp_path):
                      r'--set mlperf.platform=\S+$', deepcam, re.M)
     assert 'hpckit check out/mlperf.log --ruleset mini' in deepcam
     assert ' --deterministic ' in deepcam   # a regression check: same seed, same curve
-    assert out.count('P: time_to_train: None min\n') == 4 and '(r:' not in out   # nothing to judge against
+    assert out.count('P: time_to_train: None min\n') == len(VARIANTS) and '(r:' not in out   # nothing to judge against
+    # OpenFold's mini run starts from its initialisation (no --checkpoint) and counts cycles
+    openfold = (next(stage.glob('OpenFoldCheck_*')) / 'rfm_job.sh').read_text()
+    assert re.search(r'^hpckit train openfold --data \S+/OpenFoldData_\w+/data --config mini ', openfold, re.M)
+    assert '--checkpoint' not in openfold and 'P: epochs: None train/eval cycles\n' in out
 
 
 def test_campaign_repeats_with_own_seed_and_stage_dir(tmp_path):
@@ -114,8 +125,13 @@ def test_campaign_repeats_with_own_seed_and_stage_dir(tmp_path):
 
 
 def test_site_dataset_is_not_generated(tmp_path):
-    """Quick: with -S data_dir=DIR nothing is generated and both trainings read DIR."""
-    rc, out = reframe(tmp_path, '--dry-run', '-n', 'CosmoFlowCheck', '-S', 'data_dir=/site/cosmoflow')
+    """Quick: with -S data_dir=DIR nothing is generated and both trainings read DIR; the
+    fixture checks the benchmark's own folders (OpenFold: the reference's processed layout),
+    and OpenFold's closed run gets the reference's checkpoint with -S OpenFoldCheck.checkpoint."""
+    rc, out = reframe(tmp_path, '--dry-run', '-n', 'CosmoFlowCheck|OpenFoldCheck',
+                      '-S', 'CosmoFlowData.data_dir=/site/cosmoflow', '-S', 'CosmoFlowCheck.data_dir=/site/cosmoflow',
+                      '-S', 'OpenFoldData.data_dir=/site/openfold', '-S', 'OpenFoldCheck.data_dir=/site/openfold',
+                      '-S', 'OpenFoldCheck.checkpoint=/site/openfold.pt')
     assert rc == 0, out
     stage = tmp_path / 'rfm' / 'stage' / 'local' / 'default' / 'hpckit-venv'
     fixture = (next(stage.glob('CosmoFlowData_*')) / 'rfm_job.sh').read_text()
@@ -123,6 +139,11 @@ def test_site_dataset_is_not_generated(tmp_path):
     assert 'ls -d /site/cosmoflow/train /site/cosmoflow/validation' in fixture
     for script in stage.glob('CosmoFlowCheck_*/rfm_job.sh'):
         assert 'hpckit train cosmoflow --data /site/cosmoflow ' in script.read_text()
+    fixture = (next(stage.glob('OpenFoldData_*')) / 'rfm_job.sh').read_text()
+    assert ('ls -d /site/openfold/pdb_mmcif/processed/dicts /site/openfold/open_protein_set/processed/pdb_alignments'
+            in fixture and 'datagen' not in fixture)
+    script = (next(stage.glob('OpenFoldCheck_*')) / 'rfm_job.sh').read_text()
+    assert 'hpckit train openfold --data /site/openfold ' in script and ' --checkpoint /site/openfold.pt' in script
 
 
 @pytest.mark.slow
@@ -132,13 +153,13 @@ def test_full_run_passes(full_run):
     # no references calibrated on this machine: judged on correctness, told how to calibrate
     assert re.search(r'^site profile local: no performance references for this machine .*'
                      r'Calibrate: make calibrate PROFILE=local$', out, re.M), out
-    assert re.search(r'^\[\s+PASSED\s+\] Ran 7/7 test case', out, re.M), out
+    assert re.search(rf'^\[\s+PASSED\s+\] Ran {CASES}/{CASES} test case', out, re.M), out
     # a performance function that raises is only a warning to ReFrame, its figure missing
     assert 'skipping evaluation of performance variable' not in out, out
     for check, fw in VARIANTS:
         assert ok_line(check, fw).search(out), out
-    for fixture in ('CosmoFlowData', 'DeepCAMData', 'OC20Data'):
-        assert len(re.findall(rf'^\[\s+OK \] \(\d/7\) {fixture} ', out, re.M)) == 1
+    for fixture in FIXTURES:
+        assert len(re.findall(rf'^\[\s+OK \] \(\d+/{CASES}\) {fixture} ', out, re.M)) == 1
 
     # ReFrame's results database (site_common.STORAGE) holds the session and its figures
     session = re.search(r'^Current session stored with UUID: (\S+)$', out, re.M)
@@ -158,7 +179,7 @@ def test_full_run_passes(full_run):
                     'staging_time': (summary['staging_s'], 's'),
                     'train_throughput': (summary['train_samples_per_s'], 'samples/s'),
                     'eval_throughput': (summary['eval_samples_per_s'], 'samples/s'),
-                    'epochs': (summary['epochs'], 'epochs')}
+                    'epochs': (summary['epochs'], COUNTED.get(check, 'epochs'))}
         refs = (all_references[check].get('local:default') or {}).get('mini', {}).get(fw, {})   # none
         for var, (value, unit) in expected.items():
             ref = refs[var][0] if var in refs else 0
@@ -195,6 +216,25 @@ def test_deepcam_shuffled_labels_fail(tmp_path):
     assert m, out
     # all-background scores 0.38, a healthy run passes 0.80 in 4-7 epochs
     assert float(m.group(1)) < 0.6 and int(m.group(2)) == SABOTAGE_EPOCHS, m.group(0)
+
+
+@pytest.mark.slow
+def test_openfold_learning_rate_zero_fails(tmp_path):
+    """Sabotage, the cheapest OpenFold one: learning rate 0 for OPENFOLD_SABOTAGE_CYCLES train/eval
+    cycles. A healthy mini run needs more, so the cap alone would fail it too: the accuracy must
+    not move from cycle to cycle (nothing was learnt), so the FAIL is the learning rate's."""
+    iters = OPENFOLD_SABOTAGE_CYCLES * load_config('openfold', 'mini')['train']['val_every_iters']
+    rc, out = reframe(tmp_path, '-r', '-n', 'OpenFoldCheck',
+                      '-S', f'OpenFoldCheck.overrides=optimizer.base_lr=0,train.num_train_iters={iters}',
+                      timeout=TRAINING_TIMEOUT_S)
+    assert rc != 0, out
+    assert re.search(r'^\[\s+FAIL \] \(\d/2\) OpenFoldCheck %framework=pytorch ', out, re.M), out
+    assert re.search(rf'not converged: final eval_accuracy \S+ < target \S+ after {OPENFOLD_SABOTAGE_CYCLES} '
+                     r'train/eval cycles', out), out
+    log = next((tmp_path / 'rfm' / 'stage').glob('local/default/hpckit-venv/OpenFoldCheck_*/out/mlperf.log'))
+    events = [json.loads(line.split(':::MLLOG ', 1)[1]) for line in log.read_text().splitlines() if ':::MLLOG ' in line]
+    accuracy = [e['value'] for e in events if e['key'] == 'eval_accuracy']
+    assert len(accuracy) == OPENFOLD_SABOTAGE_CYCLES and len(set(accuracy)) == 1, accuracy
 
 
 @pytest.mark.slow
