@@ -547,3 +547,17 @@ def test_a_template_hit_with_a_bad_name_is_one_line_naming_the_shard(tmp_path):
     for message in messages:
         assert message.startswith(f"{damaged[1]} (") and f"key '{damaged[0]}'" in message, message
         assert "not PDBID_chain" in message, message
+
+
+@pytest.mark.parametrize("setting", ["model.evoformer_stack.c_hidden_opm=18446744073709551615",
+                                     "model.extra_msa_stack.num_blocks=1000000"])
+def test_an_openfold_model_size_beyond_reason_is_one_line(setting):
+    """Found by CI's campaign once openfold.yaml was among its configs (seed 41, case 239): a
+    width of 2^64 - 1 passed the config check into the model's construction on the meta device
+    (for the parameter count) and ended in a traceback there; a million blocks would build for
+    hours. Widths, counts and blocks are bounded first, one line naming the key."""
+    from hpckit.common.config import load_config
+    from hpckit.openfold.train import validate_config
+    cfg = load_config("openfold", "mini", [setting])
+    with pytest.raises(KitError, match=setting.split("=")[0].replace(".", r"\.") + ".*must be an integer in 1\\.\\."):
+        validate_config(cfg)

@@ -1241,6 +1241,12 @@ def load_model_config(spec: str = "reference", overrides: Iterable[str] = ()) ->
     return cfg
 
 
+# a config's widths, head and bin counts, and block counts at most (the reference's largest: 256
+# channels, 48 Evoformer blocks)
+MAX_WIDTH = 1 << 14
+MAX_BLOCKS = 256
+
+
 def validate_model_config(cfg: dict) -> None:
     """One line naming the key for what would otherwise fail in the middle of a forward: the
     channel widths the modules share, and the feature widths the inputs fix."""
@@ -1249,7 +1255,11 @@ def validate_model_config(cfg: dict) -> None:
         if isinstance(values, dict):
             for key, value in values.items():
                 if isinstance(value, int) and not isinstance(value, bool):
-                    require(value > 0, f"model.{section}.{key}", f"must be positive (got {value})")
+                    # bounded too: the count is made by building the model (on the meta device),
+                    # and a width of 2^64 or a million blocks would fail or never end there
+                    most = MAX_BLOCKS if "blocks" in key else MAX_WIDTH
+                    require(0 < value <= most, f"model.{section}.{key}",
+                            f"must be an integer in 1..{most} (got {value})")
     heads = m["auxiliary_heads"]
     shared = {
         "c_m": ["input_embedder", "recycling_embedder", "template_angle_embedder", "evoformer_stack",
