@@ -101,21 +101,25 @@ def remove_own_dirs(made: list[Path]) -> None:
             break
 
 
-def copy_files(files: list[Path], dest: Path) -> int:
+def copy_files(files: list[Path], dest: Path, root: Path | None = None) -> int:
     """Copy `files` into the new directory `dest` (inside the run's own staging
-    directory); returns bytes copied."""
+    directory): flat, or with `root` under their paths relative to it (a data set whose
+    layout is folders, OpenFold's); returns bytes copied."""
     try:
         dest.mkdir()
     except OSError as e:
         raise KitError(f"--stage-dir {dest}: cannot create ({e.strerror})")
     total = 0
     for f in files:
+        target = dest / (f.relative_to(root) if root is not None else f.name)
         try:
-            shutil.copyfile(f, dest / f.name)
+            if root is not None:
+                target.parent.mkdir(parents=True, exist_ok=True)   # inside the new dest only
+            shutil.copyfile(f, target)
         except OSError as e:
             if is_disk_error(e):   # the node-local copy failed, not the dataset
-                raise disk_error(e, dest / f.name) from None
-            raise KitError(f"staging {f} -> {dest}: {e.strerror}")
+                raise disk_error(e, target) from None
+            raise KitError(f"staging {f} -> {target}: {e.strerror}")
         total += f.stat().st_size
     return total
 

@@ -84,7 +84,6 @@ import hashlib
 import io
 import math
 import re
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -93,9 +92,10 @@ from pathlib import Path
 import torch
 
 from hpckit.common.config import check_auto_or_count, load_pytorch_config, require
-from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError, disk_error, is_disk_error
+from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
 from hpckit.common.mllog import C
 from hpckit.common.run import LogStyle, MLPerfRun, Quality, check_finite, claim_output_dir, launch
+from hpckit.common.staging import copy_files
 from hpckit.openfold import BENCHMARK, DESCRIPTOR, records
 from hpckit.openfold import loss as L
 from hpckit.openfold import model as M
@@ -305,19 +305,7 @@ def find_layout(root: str) -> tuple[records.Layout, list[Path]]:
 def stage_tree(files: list[Path], root: Path, dest: Path) -> int:
     """Staging (MLPerfRun.stage's write): the data set's files copied to dest, under their paths
     relative to the data root; returns the bytes copied."""
-    dest.mkdir()
-    total = 0
-    for f in files:
-        target = dest / f.relative_to(root)
-        try:
-            target.parent.mkdir(parents=True, exist_ok=True)
-            shutil.copyfile(f, target)
-        except OSError as e:
-            if is_disk_error(e):
-                raise disk_error(e, target) from None
-            raise KitError(f"staging {f} -> {target}: {e.strerror}")
-        total += f.stat().st_size
-    return total
+    return copy_files(files, dest, root)
 
 
 class Failed:
