@@ -6,7 +6,8 @@ as QEMU's A64FX model with a 512-bit vector length (QEMU_CPU).
 What runs: what the kit reads of the machine (the emulated process sees the HOST's
 /proc/cpuinfo: the kit must take the CPU from the auxiliary vector), the allocator it
 finds, `hpckit describe`, datagen, a bounded CosmoFlow run (train.max_steps) per framework
-(TensorFlow only with HPCKIT_ARM64_ALL=1, as `make arm64` sets) and a DeepCAM one, their MLPerf logs and `hpckit check`. Times under emulation are NOT
+and a DeepCAM one, their MLPerf logs and `hpckit check` (the trainings only with
+HPCKIT_ARM64_ALL=1, as `make arm64` sets; CI runs the probe, describe and the allocator). Times under emulation are NOT
 speed figures: QEMU translates every instruction, SVE included.
 
 Needs root, Debian's qemu-user-static and binfmt-support, debootstrap, and network for the
@@ -167,17 +168,19 @@ def _bounded_run_checked(out_in_root: str, n_train: int):
     return config
 
 
-# CI runs two steps of CosmoFlow with PyTorch (what --framework auto picks on A64FX, asserted
-# above). The TensorFlow run and DeepCAM's (614 s under emulation in the CI of 2026-11-27,
-# 63 s on 2026-11-25's development VM) run with `make arm64` (HPCKIT_ARM64_ALL=1) and
-# `make arm64-image`.
+# CI runs the CPU probe under emulation (above). The bounded trainings, CosmoFlow with PyTorch
+# (what --framework auto picks on A64FX; 164 s under emulation in the local CI-style run of
+# 2026-11-28) and with TensorFlow, and DeepCAM's (614 s in the CI of 2026-11-27), run with
+# `make arm64` (HPCKIT_ARM64_ALL=1) and `make arm64-image`: CI's time is near its limit.
 ALL = os.environ.get("HPCKIT_ARM64_ALL") == "1"
 
 
 @pytest.mark.parametrize("framework", [
     pytest.param("tensorflow", marks=pytest.mark.skipif(not ALL, reason="CosmoFlow/TensorFlow on arm64: "
                                                         "make arm64 (HPCKIT_ARM64_ALL=1) runs it, CI does not")),
-    "pytorch"])
+    pytest.param("pytorch", marks=pytest.mark.skipif(not ALL, reason="CosmoFlow/PyTorch on arm64: make arm64 "
+                                                     "(HPCKIT_ARM64_ALL=1) runs it, CI does not (164 s under "
+                                                     "emulation on 2026-11-28, CI's 90-minute limit)"))])
 def test_cosmoflow_bounded_run(rootfs, framework):
     if framework == "pytorch" and not has_torch():
         pytest.skip("no aarch64 CPU torch in the root file system (ARM64_TORCH_FALLBACK=none, or neither "
