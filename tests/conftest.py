@@ -54,6 +54,16 @@ def run_hpckit(*args, timeout=600, env=None, check=False) -> subprocess.Complete
     return proc
 
 
+def one_line(proc, *needles) -> str:
+    """A command's bad-input outcome: exit 2 and one stderr line, no traceback, holding each needle."""
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, \
+        (proc.returncode, proc.stderr[-3000:])
+    for needle in needles:
+        assert str(needle) in lines[0], (needle, lines[0])
+    return lines[0]
+
+
 def _make_deepcam_runs() -> tuple[Path, list[Path]]:
     from mini_runs import deepcam_mini_runs
     cache = os.environ.get("HPCKIT_TEST_RUNS_CACHE")

@@ -1275,7 +1275,7 @@ def _paths(node, path=()):
     if isinstance(node, dict):
         for k, v in node.items():
             yield from _paths(v, path + (k,))
-    elif isinstance(node, list):
+    elif isinstance(node, (list, tuple)):   # tuples: the mmCIF dicts' arrays
         for i, v in enumerate(node):
             yield from _paths(v, path + (i,))
 
@@ -1360,16 +1360,6 @@ def deep_pickle(n: int) -> bytes:
     return b"\x80\x02" + b"]" * n + b"a" * (n - 1) + b"."
 
 
-def _pickle_paths(node, path=()):
-    yield path, node
-    if isinstance(node, dict):
-        for k, v in node.items():
-            yield from _pickle_paths(v, path + (k,))
-    elif isinstance(node, (list, tuple)):
-        for i, v in enumerate(node):
-            yield from _pickle_paths(v, path + (i,))
-
-
 def _replace_at(node, path: tuple, value):
     """node with the value at path replaced (tuples rebuilt; None as value: the key removed)."""
     if not path:
@@ -1400,7 +1390,7 @@ def mmcif_dicts_mutation(data: bytes, rng: random.Random, planted: Path) -> tupl
         n = rng.choice([1000, 100000])
         return deep_pickle(n), f"{n} nested lists"
     doc = loads_builtins(data)
-    paths = [p for p, _ in _pickle_paths(doc) if p]
+    paths = [p for p, _ in _paths(doc) if p]
     path = rng.choice(paths)
     where = ".".join(map(str, path))
     node = doc

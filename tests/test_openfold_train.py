@@ -22,7 +22,7 @@ import json
 import pytest
 import torch
 
-from conftest import run_hpckit
+from conftest import one_line, run_hpckit
 from hpckit.common.config import load_config
 from hpckit.openfold import model as M
 
@@ -62,15 +62,6 @@ FIXED = {"train_max_pdb_release_date": "2021-09-16", "val_min_cameo_submission_d
 def mllog(path):
     return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in path.read_text().splitlines()
             if ":::MLLOG " in line]
-
-
-def one_line(proc, *needles) -> str:
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, \
-        (proc.returncode, proc.stderr[-3000:])
-    for needle in needles:
-        assert str(needle) in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 @pytest.fixture(scope="module")

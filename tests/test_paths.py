@@ -15,21 +15,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_hpckit
+from conftest import one_line, run_hpckit
 from hpckit.common import fileio
 from hpckit.common.errors import KitError
 
 BENCHMARKS = ("cosmoflow", "deepcam", "oc20", "openfold")
 LONG = "n" * 300
-
-
-def one_line(proc, *needles) -> str:
-    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
-    assert proc.returncode == 2 and len(lines) == 1 and "Traceback" not in proc.stderr, \
-        (proc.returncode, proc.stderr[-3000:])
-    for needle in needles:
-        assert str(needle) in lines[0], (needle, lines[0])
-    return lines[0]
 
 
 def made(root: Path) -> list[str]:
