@@ -74,3 +74,20 @@ def test_every_package_has_a_descriptor_with_what_shared_code_needs():
     for name, d in found.items():
         assert d.name == name and d.metric in ("eval_error", "eval_accuracy") and d.official_target > 0
         assert callable(d.flops_sample), f"{name}: no flops_sample for common/flops.py"
+
+
+def test_every_benchmark_runs_the_one_lifecycle():
+    """The run's lifecycle (MLPerfRun's phases in order, the epochs' clocks, the verdict, the
+    exit code) lives once, in common/lifecycle.py: a benchmark's train.py hands it a Parts
+    subclass and neither makes an MLPerfRun nor drives its epochs itself."""
+    for name in PACKAGES:
+        path = APPS / name / "train.py"
+        tree = ast.parse(path.read_text(), str(path))
+        parts = [n.name for n in ast.walk(tree) if isinstance(n, ast.ClassDef)
+                 and any(isinstance(b, ast.Name) and b.id == "Parts" for b in n.bases)]
+        assert len(parts) == 1, f"{name}: {parts}"
+        calls = {n.func.attr if isinstance(n.func, ast.Attribute) else getattr(n.func, "id", None)
+                 for n in ast.walk(tree) if isinstance(n, ast.Call)}
+        assert "MLPerfRun" not in calls and "epochs" not in calls and "check_replicas" not in calls, name
+        train = next(n for n in tree.body if isinstance(n, ast.FunctionDef) and n.name == "train")
+        assert isinstance(train.body[-1], ast.Return) and "lifecycle.train" in ast.unparse(train.body[-1]), name

@@ -2,24 +2,24 @@
 
 Reads top to bottom: config -> dataset files -> cache clear -> init (model, optimizer)
 -> run_start -> staging -> loaders -> epochs (train, evaluate) -> run_stop.
-The MLPerf protocol itself lives in hpckit.common.run.
+The run's lifecycle lives in hpckit.common.lifecycle, its protocol in hpckit.common.run.
 """
 
 from __future__ import annotations
 
 import math
 import os
-import time
 from pathlib import Path
 
-from hpckit.common import cores, dist, precision
+from hpckit.common import cores, dist, lifecycle, precision
 from hpckit.common.config import check_auto_or_count, load_config, require
-from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
+from hpckit.common.errors import KitError
+from hpckit.common.lifecycle import Parts
 from hpckit.common.mllog import HPC, C
 from hpckit.common.native_log import divert_native_stderr
 from hpckit.common.fileio import ensure_writable_dir
-from hpckit.common.run import (LogStyle, MLPerfRun, Quality, StageAs, check_finite, claim_output_dir, diagnosed,
-                               equal_train_split, launch)
+from hpckit.common.run import (LogStyle, StageAs, check_finite, claim_output_dir, diagnosed, equal_train_split,
+                               launch)
 from hpckit.cosmoflow import BENCHMARK, DESCRIPTOR, data
 from hpckit.cosmoflow.model_spec import validate_model_config
 
@@ -267,6 +267,53 @@ def choose_framework(requested: str, device: str = "auto") -> str:
     return "tensorflow" if cores.cpu_class() in ("x86-avx512", "x86-avx512-bf16") else "pytorch"
 
 
+class CosmoFlowParts(Parts):
+    """CosmoFlow's parts of the run (common/lifecycle.py): the framework's back end, the
+    samples staged (as copies, or decoded once with data.stage_decode) and their loaders."""
+
+    descriptor, style = DESCRIPTOR, LOG_STYLE
+
+    def __init__(self, cfg: dict, launched, global_batch: int, framework: str, files: dict, per_rank: int,
+                 dropped: int):
+        super().__init__(cfg, launched, global_batch)
+        self.framework, self.files, self.per_rank, self.dropped = framework, files, per_rank, dropped
+
+    def hyperparameters(self):
+        return hyperparameters(self.cfg, self.global_batch)
+
+    def input_files(self):
+        return [p for split in self.files.values() for p in split.all_paths()]
+
+    def build(self, run):
+        self.backend = BACKENDS[self.framework](self.cfg, self.launched, run.out_dir)
+
+    def prepare(self, run):
+        cfg = self.cfg
+        stage_as = None
+        if cfg["data"]["stage_decode"] and self.files["train"].fmt == "tfrecord":
+            # decoded once at staging, read as npy every epoch (a named deviation: the
+            # reference stages copies; docs/differences-from-reference.md)
+            size = cfg["data"]["sample_size"]
+            stage_as = StageAs(write=lambda split, dest: data.decode_into(split, dest, size), relocate=data.decoded,
+                               written_as="decoded")
+        self.reading = run.stage_and_shard(self.files, self.per_rank, self.dropped, cfg["data"]["batch_size"],
+                                           self.launched.stage_dir, cfg["data"]["shuffle"], stage_as)
+        self.train_data, self.valid_data = self.backend.loaders(self.reading)
+
+    def train_epoch(self, epoch, run):
+        lr = learning_rate(self.cfg, self.global_batch, epoch - 1)
+        n = self.backend.train_epoch(run.limited(self.train_data), self.reading["train"].files, lr)
+        return self.comm.allreduce_sum([n])[0]
+
+    def evaluate(self):
+        total, n = self.comm.allreduce_sum(list(self.backend.evaluate(self.valid_data,
+                                                                      self.reading["validation"].files)))
+        return total / (n * data.N_TARGETS), n
+
+    def fingerprint(self):
+        return self.backend.fingerprint()
+
+
 def train(args) -> int:
     cfg = load_config(BENCHMARK, args.config, args.overrides)
     validate_config(cfg)
@@ -298,39 +345,6 @@ def train(args) -> int:
     # (mlcommons/hpc@2c627d4 cosmoflow/data/cosmo.py:95-99); the kit drops the remainder
     # instead, as DeepCAM's reference does, and logs it (hpckit_train_share)
     files["train"], per_rank, dropped = equal_train_split(files["train"], ranks, cfg["data"]["batch_size"])
-    quality = Quality.of(DESCRIPTOR, cfg)
+    return lifecycle.train(CosmoFlowParts(cfg, launched, global_batch, args.framework, files, per_rank, dropped),
+                           args.output_dir)
 
-    with MLPerfRun(benchmark=BENCHMARK, framework=args.framework, cfg=cfg, launched=launched,
-                   out_dir=args.output_dir, quality=quality, global_batch=global_batch,
-                   style=LOG_STYLE) as run:
-        run.init_start(hyperparameters(cfg, global_batch), [p for split in files.values() for p in split.all_paths()])
-        backend = BACKENDS[args.framework](cfg, launched, run.out_dir)
-        run.start_run()
-
-        stage_as = None
-        if cfg["data"]["stage_decode"] and files["train"].fmt == "tfrecord":
-            # decoded once at staging, read as npy every epoch (a named deviation: the
-            # reference stages copies; docs/differences-from-reference.md)
-            size = cfg["data"]["sample_size"]
-            stage_as = StageAs(write=lambda split, dest: data.decode_into(split, dest, size), relocate=data.decoded,
-                               written_as="decoded")
-        reading = run.stage_and_shard(files, per_rank, dropped, cfg["data"]["batch_size"], launched.stage_dir,
-                                      cfg["data"]["shuffle"], stage_as)
-        train_data, valid_data = backend.loaders(reading)
-
-        def train_epoch(epoch: int) -> tuple[int, float]:
-            t0 = time.perf_counter()
-            n = backend.train_epoch(run.limited(train_data), reading["train"].files, learning_rate(cfg, global_batch, epoch - 1))
-            n = comm.allreduce_sum([n])[0]
-            return int(n), time.perf_counter() - t0
-
-        def evaluate() -> tuple[float, int, float]:
-            t0 = time.perf_counter()
-            total, n = comm.allreduce_sum(list(backend.evaluate(valid_data, reading["validation"].files)))
-            return total / (n * data.N_TARGETS), int(n), time.perf_counter() - t0
-
-        run.epochs(cfg["train"]["n_epochs"], train_epoch, evaluate)
-        run.check_replicas(backend.fingerprint())
-    if ranks.is_root:
-        print(run.verdict())
-    return 0 if run.status == "success" else EXIT_NOT_CONVERGED

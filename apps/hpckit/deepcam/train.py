@@ -2,22 +2,21 @@
 
 Reads top to bottom: config -> dataset files and stats.h5 -> cache clear -> init (model,
 optimizer, schedule) -> run_start -> staging -> loaders -> epochs (train with gradient
-accumulation, evaluate mean IoU) -> run_stop. The MLPerf protocol lives in hpckit.common.run.
+accumulation, evaluate mean IoU) -> run_stop. The run's lifecycle lives in
+hpckit.common.lifecycle, its protocol in hpckit.common.run.
 """
 
 from __future__ import annotations
 
-import time
-
 import torch
 
-from hpckit.common import step
+from hpckit.common import lifecycle, step
 from hpckit.deepcam import optim
 from hpckit.common.config import check_auto_or_count, load_pytorch_config, require
-from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
+from hpckit.common.errors import KitError
+from hpckit.common.lifecycle import Parts
 from hpckit.common.mllog import C
-from hpckit.common.run import (LogStyle, MLPerfRun, Quality, claim_output_dir, diagnosed, equal_train_split,
-                               launch)
+from hpckit.common.run import LogStyle, claim_output_dir, diagnosed, equal_train_split, launch
 from hpckit.deepcam import BENCHMARK, DESCRIPTOR, data
 from hpckit.deepcam.model import build_model, validate_model_config
 
@@ -186,6 +185,58 @@ class Trainer:
             + self.bn_fingerprint()
 
 
+class DeepCAMParts(Parts):
+    """DeepCAM's parts of the run (common/lifecycle.py): the stats file, the Trainer, the
+    staged HDF5 shards and their loaders, the reference's end-of-epoch events."""
+
+    descriptor, style = DESCRIPTOR, LOG_STYLE
+
+    def __init__(self, cfg: dict, launched, global_batch: int, data_dir: str, files: dict, per_rank: int,
+                 dropped: int, unit: int):
+        super().__init__(cfg, launched, global_batch)
+        self.data_dir, self.files, self.per_rank, self.dropped, self.unit = data_dir, files, per_rank, dropped, unit
+        self.stats = data.load_stats(data_dir, cfg["data"]["n_channels"])
+
+    def hyperparameters(self):
+        return hyperparameters(self.cfg, self.global_batch)
+
+    def input_files(self):
+        return [p for split in self.files.values() for p in split.files]
+
+    def build(self, run):
+        self.trainer = Trainer(self.cfg, self.launched)
+
+    def prepare(self, run):
+        cfg, launched = self.cfg, self.launched
+        self.reading = run.stage_and_shard(self.files, self.per_rank, self.dropped, self.unit, launched.stage_dir,
+                                           cfg["data"]["shuffle"])
+        self.loaders = {name: data.torch_loader(r.files, self.stats, cfg, name == "train", launched.seed, r.sampler,
+                                                device=launched.device)
+                        for name, r in self.reading.items()}
+
+    def batches(self, name: str):
+        split = self.reading[name].files
+        return diagnosed(self.loaders[name], lambda: data.find_bad_file(split, self.stats, self.cfg),
+                         str(split.files[0].parent))
+
+    def train_epoch(self, epoch, run):
+        trainer = self.trainer
+        n = trainer.train_epoch(run.limited(self.batches("train")))
+        n, *sums = self.comm.allreduce_sum([n, *trainer.last_train])
+        # the reference's end-of-epoch events, rank means (trainer.py:114-116)
+        for key, value in zip(("learning_rate", "train_accuracy", "train_loss"), sums):
+            run.log.event(key, value / self.ranks.size, metadata={"epoch_num": epoch, "step_num": trainer.steps})
+        trainer.average_bn_stats()
+        return n
+
+    def evaluate(self):
+        total, n, loss, n_batches = self.comm.allreduce_sum(list(self.trainer.evaluate(self.batches("validation"))))
+        return total / n, n, [("eval_loss", loss / max(n_batches, 1))]
+
+    def fingerprint(self):
+        return self.trainer.fingerprint()
+
+
 def train(args) -> int:
     cfg = load_pytorch_config(args, BENCHMARK, "DeepCAM", validate_config)
     claim_output_dir(args.output_dir, getattr(args, "instances", 1))
@@ -199,43 +250,5 @@ def train(args) -> int:
     files = data.find_dataset(args.data, cfg["data"]["n_train"], cfg["data"]["n_valid"])
     unit = cfg["data"]["batch_size"] * accumulate   # samples of one optimizer step on one rank
     files["train"], per_rank, dropped = equal_train_split(files["train"], ranks, unit)
-    stats = data.load_stats(args.data, cfg["data"]["n_channels"])
-    quality = Quality.of(DESCRIPTOR, cfg)
-
-    with MLPerfRun(benchmark=BENCHMARK, framework="pytorch", cfg=cfg, launched=launched,
-                   out_dir=args.output_dir, quality=quality, global_batch=global_batch,
-                   style=LOG_STYLE) as run:
-        run.init_start(hyperparameters(cfg, global_batch), [p for split in files.values() for p in split.files])
-        trainer = Trainer(cfg, launched)
-        run.start_run()
-
-        reading = run.stage_and_shard(files, per_rank, dropped, unit, launched.stage_dir, cfg["data"]["shuffle"])
-        loaders = {name: data.torch_loader(r.files, stats, cfg, name == "train", launched.seed, r.sampler,
-                                           device=launched.device)
-                   for name, r in reading.items()}
-
-        def batches(name):
-            split = reading[name].files
-            return diagnosed(loaders[name], lambda: data.find_bad_file(split, stats, cfg), str(split.files[0].parent))
-
-        def train_epoch(epoch: int) -> tuple[int, float]:
-            t0 = time.perf_counter()
-            n = trainer.train_epoch(run.limited(batches("train")))
-            n, *sums = comm.allreduce_sum([n, *trainer.last_train])
-            seconds = time.perf_counter() - t0
-            # the reference's end-of-epoch events, rank means (trainer.py:114-116)
-            for key, value in zip(("learning_rate", "train_accuracy", "train_loss"), sums):
-                run.log.event(key, value / ranks.size, metadata={"epoch_num": epoch, "step_num": trainer.steps})
-            trainer.average_bn_stats()
-            return int(n), seconds
-
-        def evaluate():
-            t0 = time.perf_counter()
-            total, n, loss, n_batches = comm.allreduce_sum(list(trainer.evaluate(batches("validation"))))
-            return total / n, int(n), time.perf_counter() - t0, [("eval_loss", loss / max(n_batches, 1))]
-
-        run.epochs(cfg["train"]["n_epochs"], train_epoch, evaluate)
-        run.check_replicas(trainer.fingerprint())
-    if ranks.is_root:
-        print(run.verdict())
-    return 0 if run.status == "success" else EXIT_NOT_CONVERGED
+    return lifecycle.train(DeepCAMParts(cfg, launched, global_batch, args.data, files, per_rank, dropped, unit),
+                           args.output_dir)

@@ -2,7 +2,8 @@
 
 Reads top to bottom: config -> LMDB files -> cache clear -> init (model, AdamW, warm-up and
 step schedule) -> run_start -> staging -> loaders -> epochs (train, evaluate forces MAE on
-the validation split) -> run_stop. The MLPerf protocol lives in hpckit.common.run.
+the validation split) -> run_stop. The run's lifecycle lives in hpckit.common.lifecycle, its protocol in
+hpckit.common.run.
 
 As the reference's MLPerfForcesTrainer (mlcommons/hpc@2c627d4
 open_catalyst/ocpmodels/trainers/mlperf_forces_trainer.py), run as its run scripts run it,
@@ -25,17 +26,16 @@ from __future__ import annotations
 
 import bisect
 import math
-import time
 
 import torch
 
-from hpckit.common import precision
+from hpckit.common import lifecycle, precision
 from hpckit.common.step import FP16_PATIENCE
 from hpckit.common.config import check_auto_or_count, load_pytorch_config, require
-from hpckit.common.errors import EXIT_NOT_CONVERGED
+from hpckit.common.lifecycle import Parts
 from hpckit.common.mllog import C
-from hpckit.common.run import (Diverged, LogStyle, MLPerfRun, Quality, StageAs, check_finite, claim_output_dir,
-                               diagnosed, equal_train_split, launch)
+from hpckit.common.run import (Diverged, LogStyle, StageAs, check_finite, claim_output_dir, diagnosed,
+                               equal_train_split, launch)
 from hpckit.oc20 import BENCHMARK, DESCRIPTOR, data
 from hpckit.oc20.model import build_model, validate_model_config
 
@@ -218,52 +218,58 @@ class Trainer:
         return float(sum(p.detach().double().abs().sum().item() for p in self.model.parameters()))
 
 
+class OC20Parts(Parts):
+    """OpenCatalyst's parts of the run (common/lifecycle.py): the Trainer, each node's share of
+    the records staged as one LMDB of its own, their loaders, the forces MAE."""
+
+    descriptor, style = DESCRIPTOR, LOG_STYLE
+
+    def __init__(self, cfg: dict, launched, global_batch: int, files: dict, per_rank: int, dropped: int):
+        super().__init__(cfg, launched, global_batch)
+        self.files, self.per_rank, self.dropped = files, per_rank, dropped
+
+    def hyperparameters(self):
+        return hyperparameters(self.cfg, self.global_batch)
+
+    def input_files(self):
+        return [p for split in self.files.values() for p in split.files]
+
+    def build(self, run):
+        self.trainer = Trainer(self.cfg, self.launched)
+
+    def prepare(self, run):
+        cfg, launched = self.cfg, self.launched
+        # a node stages its share of the records (every nodes-th) as an LMDB of its own
+        stage_as = StageAs(write=data.stage_share, relocate=data.staged,
+                           written_as="the node's records, one LMDB (data.0000.lmdb)")
+        self.reading = run.stage_and_shard(self.files, self.per_rank, self.dropped, cfg["data"]["batch_size"],
+                                           launched.stage_dir, cfg["data"]["shuffle"], stage_as)
+        self.loaders = {name: data.torch_loader(r.files, cfg, name == "train", launched.seed, r.sampler)
+                        for name, r in self.reading.items()}
+
+    def batches(self, name: str):
+        split = self.reading[name].files
+        where = str(split.files[0].parent) if split.files else name
+        return diagnosed(self.loaders[name], lambda: data.find_bad_record(split), where)
+
+    def train_epoch(self, epoch, run):
+        n = self.trainer.train_epoch(run.limited(self.batches("train")))
+        return self.comm.allreduce_sum([n])[0]
+
+    def evaluate(self):
+        total, count, samples = self.comm.allreduce_sum(list(self.trainer.evaluate(self.batches("validation"))))
+        return (total / count if count else float("nan")), samples
+
+    def fingerprint(self):
+        return self.trainer.fingerprint()
+
+
 def train(args) -> int:
     cfg = load_pytorch_config(args, BENCHMARK, "OC20", validate_config)
     claim_output_dir(args.output_dir, getattr(args, "instances", 1))
     launched = launch(args, "pytorch", cfg)
-    ranks, comm = launched.ranks, launched.comm
-    global_batch = cfg["data"]["batch_size"] * ranks.size
+    global_batch = cfg["data"]["batch_size"] * launched.ranks.size
     files = data.find_dataset(args.data, cfg["data"]["n_train"], cfg["data"]["n_valid"],
                               need_graph=not cfg["model"]["otf_graph"])
-    unit = cfg["data"]["batch_size"]
-    files["train"], per_rank, dropped = equal_train_split(files["train"], ranks, unit)
-    quality = Quality.of(DESCRIPTOR, cfg)
-
-    with MLPerfRun(benchmark=BENCHMARK, framework="pytorch", cfg=cfg, launched=launched,
-                   out_dir=args.output_dir, quality=quality, global_batch=global_batch,
-                   style=LOG_STYLE) as run:
-        run.init_start(hyperparameters(cfg, global_batch), [p for split in files.values() for p in split.files])
-        trainer = Trainer(cfg, launched)
-        run.start_run()
-
-        # a node stages its share of the records (every nodes-th) as an LMDB of its own
-        stage_as = StageAs(write=data.stage_share, relocate=data.staged,
-                           written_as="the node's records, one LMDB (data.0000.lmdb)")
-        reading = run.stage_and_shard(files, per_rank, dropped, unit, launched.stage_dir, cfg["data"]["shuffle"],
-                                      stage_as)
-        loaders = {name: data.torch_loader(r.files, cfg, name == "train", launched.seed, r.sampler)
-                   for name, r in reading.items()}
-
-        def batches(name):
-            split = reading[name].files
-            where = str(split.files[0].parent) if split.files else name
-            return diagnosed(loaders[name], lambda: data.find_bad_record(split), where)
-
-        def train_epoch(epoch: int) -> tuple[int, float]:
-            t0 = time.perf_counter()
-            n = trainer.train_epoch(run.limited(batches("train")))
-            n, = comm.allreduce_sum([n])
-            return int(n), time.perf_counter() - t0
-
-        def evaluate():
-            t0 = time.perf_counter()
-            total, count, samples = comm.allreduce_sum(list(trainer.evaluate(batches("validation"))))
-            mae = total / count if count else float("nan")
-            return mae, int(samples), time.perf_counter() - t0
-
-        run.epochs(cfg["train"]["n_epochs"], train_epoch, evaluate)
-        run.check_replicas(trainer.fingerprint())
-    if ranks.is_root:
-        print(run.verdict())
-    return 0 if run.status == "success" else EXIT_NOT_CONVERGED
+    files["train"], per_rank, dropped = equal_train_split(files["train"], launched.ranks, cfg["data"]["batch_size"])
+    return lifecycle.train(OC20Parts(cfg, launched, global_batch, files, per_rank, dropped), args.output_dir)

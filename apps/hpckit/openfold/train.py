@@ -4,7 +4,8 @@ Reads top to bottom: config -> the data root and the checkpoint checked -> init 
 the lr schedule, the checkpoint's parameters, the weight average; every hyperparameter the
 closed rules require) -> run_start -> staging -> the training and validation sets from the
 records -> train/eval cycles (val_every_iters training iterations, then avg lDDT-Ca of the
-averaged weights on the CAMEO set) -> run_stop. The MLPerf protocol lives in hpckit.common.run.
+averaged weights on the CAMEO set) -> run_stop. The run's lifecycle lives in
+hpckit.common.lifecycle, its protocol in hpckit.common.run.
 
 As the reference's train.py (mlcommons/hpc@2c627d4 openfold/train.py; `file:line` below is in
 hpc@2c627d4 openfold/, its package's files under openfold/openfold/):
@@ -85,16 +86,17 @@ import io
 import math
 import re
 import sys
-import time
 from dataclasses import dataclass
 from pathlib import Path
 
 import torch
 
 from hpckit.common.config import check_auto_or_count, load_pytorch_config, require
-from hpckit.common.errors import EXIT_NOT_CONVERGED, KitError
+from hpckit.common import lifecycle
+from hpckit.common.errors import KitError
+from hpckit.common.lifecycle import Parts
 from hpckit.common.mllog import C
-from hpckit.common.run import LogStyle, MLPerfRun, Quality, check_finite, claim_output_dir, launch
+from hpckit.common.run import LogStyle, check_finite, claim_output_dir, launch
 from hpckit.common.staging import copy_files
 from hpckit.openfold import BENCHMARK, DESCRIPTOR, records
 from hpckit.openfold import loss as L
@@ -449,7 +451,7 @@ class Trainer:
 def hyperparameters(cfg: dict, global_batch: int, checkpoint: Checkpoint | None, parameters: int) -> list:
     """The keys train.py logs between its submission keys and staging, in its order
     (train.py:444-604)."""
-    d, o, s, t = cfg["data"], cfg["optimizer"], cfg["swa"], cfg["train"]
+    o, s, t = cfg["optimizer"], cfg["swa"], cfg["train"]
     dc = TR.data_config(cfg)
     lc = L.AlphaFoldLoss().config
     return [
@@ -495,43 +497,47 @@ def hyperparameters(cfg: dict, global_batch: int, checkpoint: Checkpoint | None,
 
 # ------------------------------------------------------------------ the run
 
-def train(args) -> int:
-    cfg = load_pytorch_config(args, BENCHMARK, "OpenFold", validate_config)
-    claim_output_dir(args.output_dir, getattr(args, "instances", 1))
-    layout, files = find_layout(args.data)
-    checkpoint = read_checkpoint(args.checkpoint, cfg) if getattr(args, "checkpoint", None) else None
-    launched = launch(args, "pytorch", cfg)
-    ranks, comm = launched.ranks, launched.comm
-    d, t = cfg["data"], cfg["train"]
-    want_sha = t["init_checkpoint_sha256"]
-    have_sha = checkpoint.sha256 if checkpoint is not None else NO_CHECKPOINT_SHA256
-    if have_sha != want_sha and ranks.is_root:
-        start = f"--checkpoint {args.checkpoint}" if checkpoint is not None else "no checkpoint"
-        print(f"hpckit train: warning: config key 'train.init_checkpoint_sha256' names the checkpoint "
-              f"{want_sha[:12]}..., this run starts from {start} ({have_sha[:12]}...): its log fails the rules' "
-              "init_checkpoint_sha256sum check", file=sys.stderr, flush=True)
-    global_batch = d["batch_size"] * ranks.size
-    val_every = t["val_every_iters"]
-    n_cycles = t["num_train_iters"] // val_every
-    dc = TR.data_config(cfg)
-    quality = Quality.of(DESCRIPTOR, cfg)
+class OpenFoldParts(Parts):
+    """OpenFold's parts of the run (common/lifecycle.py): the Trainer (from --checkpoint where
+    given), the whole data set staged per node, the reference's training and CAMEO selections,
+    sampler and recycling schedule; an "epoch" is one evaluation cycle of val_every_iters steps,
+    logged under the training samples seen by its end."""
 
-    with MLPerfRun(benchmark=BENCHMARK, framework="pytorch", cfg=cfg, launched=launched,
-                   out_dir=args.output_dir, quality=quality, global_batch=global_batch,
-                   style=LOG_STYLE) as run:
+    descriptor, style = DESCRIPTOR, LOG_STYLE
+
+    def __init__(self, cfg: dict, launched, global_batch: int, data_dir: str, layout, files: list[Path],
+                 checkpoint: Checkpoint | None):
+        super().__init__(cfg, launched, global_batch)
+        self.root, self.layout, self.files, self.checkpoint = Path(data_dir), layout, files, checkpoint
+        self.val_every = cfg["train"]["val_every_iters"]
+
+    @property
+    def n_epochs(self) -> int:
+        return self.cfg["train"]["num_train_iters"] // self.val_every
+
+    def epoch_num(self, epoch: int) -> int:
+        return epoch * self.global_batch * self.val_every
+
+    def hyperparameters(self):
         # the count train.py:600-604 logs of the built model: the config's architecture's, which
         # validate_config checked against train.model_parameters_count
-        run.init_start(hyperparameters(cfg, global_batch, checkpoint, M.parameter_count(cfg)), files)
-        trainer = Trainer(cfg, launched, checkpoint)
-        del checkpoint   # its tensors are the model's and the optimizer's now
-        run.start_run()
+        return hyperparameters(self.cfg, self.global_batch, self.checkpoint, M.parameter_count(self.cfg))
 
+    def input_files(self):
+        return self.files
+
+    def build(self, run):
+        self.trainer = Trainer(self.cfg, self.launched, self.checkpoint)
+        self.checkpoint = None   # its tensors are the model's and the optimizer's now
+
+    def prepare(self, run):
+        cfg, launched, ranks, files, root = self.cfg, self.launched, self.ranks, self.files, self.root
+        d, t = cfg["data"], cfg["train"]
+        dc = TR.data_config(cfg)
         # staging: the whole data set per node (every rank samples from all chains)
-        root = Path(args.data)
         staged = run.stage({"data": files}, launched.stage_dir, lambda _, dest: stage_tree(files, root, dest),
                            "the whole data set, its layout kept (every rank samples from all chains)")
-        if staged is not None:
-            layout = records.Layout.under(staged["data"])
+        layout = records.Layout.under(staged["data"]) if staged is not None else self.layout
 
         # the data sets, as the reference builds them after run_start (train.py:639-669)
         chains = records.read_chains(layout.chains)
@@ -555,48 +561,61 @@ def train(args) -> int:
                       f"{want}: the log's {rule} fails the rules' check", file=sys.stderr, flush=True)
 
         # training: the sampler's pairs, this rank's share, the recycling schedule
-        distributed = comm.kind != "none"
+        distributed = self.comm.kind != "none"
         pairs = records.training_index_seed_pairs(
-            records.sampler_weights(train_chains), t["num_train_iters"], d["batch_size"], global_batch,
+            records.sampler_weights(train_chains), t["num_train_iters"], d["batch_size"], self.global_batch,
             records.training_sampler_seed(launched.seed), ranks.rank if distributed else None,
             ranks.size if distributed else None)
         workers = d["loader_workers"]
         train_set = Samples(train_chains, pairs, layout, index, TR.template_source(chains, layout, dc, "train"), dc,
                             "train")
-        train_iter = iter(batches(loader(train_set, d["batch_size"], workers)))
-        schedule = TR.RecyclingSchedule(TR.training_dataloader_seed(launched.seed), dc.num_recycling_iters,
-                                        t["gradient_accumulation_iters"])
+        self.train_iter = iter(batches(loader(train_set, d["batch_size"], workers)))
+        self.schedule = TR.RecyclingSchedule(TR.training_dataloader_seed(launched.seed), dc.num_recycling_iters,
+                                             t["gradient_accumulation_iters"])
         run.log.event("initial_training_dataloader_type", t["dataloader_type"])
 
         # validation: ValidationSampler's share of this rank, each target counted once
-        valid_pairs = records.validation_index_seed_pairs(valid_chains, ranks.rank if distributed else None,
-                                                          ranks.size if distributed else None)
-        counted = [k * ranks.size + ranks.rank < len(valid_chains) if distributed else True
-                   for k in range(len(valid_pairs))]
-        valid_loader = loader(Samples(valid_chains, valid_pairs, layout, index,
-                                      TR.template_source(chains, layout, dc, "eval"), dc, "eval"), 1,
-                              min(workers, EVAL_WORKERS))
+        self.n_valid = len(valid_chains)
+        self.valid_pairs = records.validation_index_seed_pairs(valid_chains, ranks.rank if distributed else None,
+                                                               ranks.size if distributed else None)
+        self.counted = [k * ranks.size + ranks.rank < self.n_valid if distributed else True
+                        for k in range(len(self.valid_pairs))]
+        self.valid_loader = loader(Samples(valid_chains, self.valid_pairs, layout, index,
+                                           TR.template_source(chains, layout, dc, "eval"), dc, "eval"), 1,
+                                   min(workers, EVAL_WORKERS))
 
-        def cycle(n: int):
-            for _ in range(n):
-                yield schedule(next(train_iter))
+    def cycle(self, n: int):
+        for _ in range(n):
+            yield self.schedule(next(self.train_iter))
 
-        def train_epoch(index: int) -> tuple[int, float]:
-            t0 = time.perf_counter()
-            n = 0
-            for batch in run.limited(cycle(val_every)):
-                n += trainer.step(batch)
-            n, = comm.allreduce_sum([n])
-            return int(n), time.perf_counter() - t0
+    def train_epoch(self, epoch, run):
+        n = 0
+        for batch in run.limited(self.cycle(self.val_every)):
+            n += self.trainer.step(batch)
+        return self.comm.allreduce_sum([n])[0]
 
-        def evaluate():
-            t0 = time.perf_counter()
-            values = comm.allreduce_sum(trainer.evaluate(valid_loader, valid_pairs, counted, len(valid_chains)))
-            average = L.average_lddt_ca(values)
-            return average, len(valid_chains), time.perf_counter() - t0
+    def evaluate(self):
+        values = self.comm.allreduce_sum(self.trainer.evaluate(self.valid_loader, self.valid_pairs, self.counted,
+                                                               self.n_valid))
+        return L.average_lddt_ca(values), self.n_valid
 
-        run.epochs(n_cycles, train_epoch, evaluate, epoch_num=lambda i: i * global_batch * val_every)
-        run.check_replicas(trainer.fingerprint())
-    if ranks.is_root:
-        print(run.verdict())
-    return 0 if run.status == "success" else EXIT_NOT_CONVERGED
+    def fingerprint(self):
+        return self.trainer.fingerprint()
+
+
+def train(args) -> int:
+    cfg = load_pytorch_config(args, BENCHMARK, "OpenFold", validate_config)
+    claim_output_dir(args.output_dir, getattr(args, "instances", 1))
+    layout, files = find_layout(args.data)
+    checkpoint = read_checkpoint(args.checkpoint, cfg) if getattr(args, "checkpoint", None) else None
+    launched = launch(args, "pytorch", cfg)
+    want_sha = cfg["train"]["init_checkpoint_sha256"]
+    have_sha = checkpoint.sha256 if checkpoint is not None else NO_CHECKPOINT_SHA256
+    if have_sha != want_sha and launched.ranks.is_root:
+        start = f"--checkpoint {args.checkpoint}" if checkpoint is not None else "no checkpoint"
+        print(f"hpckit train: warning: config key 'train.init_checkpoint_sha256' names the checkpoint "
+              f"{want_sha[:12]}..., this run starts from {start} ({have_sha[:12]}...): its log fails the rules' "
+              "init_checkpoint_sha256sum check", file=sys.stderr, flush=True)
+    global_batch = cfg["data"]["batch_size"] * launched.ranks.size
+    return lifecycle.train(OpenFoldParts(cfg, launched, global_batch, args.data, layout, files, checkpoint),
+                           args.output_dir)
