@@ -30,13 +30,20 @@ run first: the whole path from files):
             (DeepLabv3_plus + CELoss from your clone of mlcommons/hpc, --reference, with
             torch's AdamW: its LAMB needs NVIDIA apex); --all-steps adds bf16 and contiguous +
             eager cases. Samples/s (median of the timed steps, after warm-up), peak GPU memory.
-            The reference CosmoFlow is TensorFlow: NVIDIA's rate stands in.
-  mini      the mini trainings on the GPU (both benchmarks, --deterministic twice and
+            The reference CosmoFlow is TensorFlow: NVIDIA's rate stands in. Last, OpenFold's
+            own Trainer.step at the reference config (48 Evoformer blocks, crop 256, 93,229,082
+            parameters) in fp32 (its only precision) at local batch 1, on one datagen chain
+            made by its train.py pipeline and cut per step by its recycling schedule (0-3
+            recycling iterations, each once in 4 steps): one period of warm-up, the mean step
+            of 2 timed periods (no e2e run, no target; not yet timed on a GPU: bounded by
+            OPENFOLD_STEP_BUDGET_S and OPENFOLD_STEP_LIMIT_S).
+  mini      the mini trainings on the GPU (CosmoFlow and DeepCAM, --deterministic twice and
             without): converged, epochs, the official checker's verdict, and whether the
-            two deterministic runs gave the same curve.
+            two deterministic runs gave the same curve. (Not OpenFold: see part_mini.)
   torchrun  torchrun + torch.distributed (NCCL on a GPU) with one rank, mini DeepCAM.
   reframe   the local profile's ReFrame checks that run on a GPU (CosmoFlow with PyTorch,
-            DeepCAM, OpenCatalyst where present), deterministic as shipped: PASS or FAIL.
+            DeepCAM, OpenCatalyst, OpenFold where present), deterministic as shipped: PASS or
+            FAIL.
 
 Then the targets with their verdicts: from files at least 0.9x the step at the same
 precision and local batch (issue 40; the step part's figure, else the step inside the run),
@@ -67,6 +74,7 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -81,6 +89,16 @@ NVIDIA_H100_E2E = {("deepcam", 1): 27.3, ("deepcam", 8): 71.2, ("cosmoflow", 1):
 E2E_RUNS = (("deepcam", 8, "fp16", []), ("deepcam", 1, "fp16", []), ("cosmoflow", 1, "fp16", ["data.stage_decode=true"]),
             ("deepcam", 2, "fp32", []), ("cosmoflow", 1, "fp32", ["data.stage_decode=true"]), ("oc20", 8, "fp32", []))
 E2E_EPOCHS = 4
+# the step part's benchmarks, in order: OpenFold last (only its step: no e2e run, no target)
+STEP_BENCHMARKS = ("deepcam", "cosmoflow", "oc20", "openfold")
+# OpenFold's step at the reference's size is not timed on a GPU yet (on 2 CPU cores one step
+# with 3 recycling iterations took 2,369 s, openfold/train.py), so its time is bounded twice:
+# no second timed period starts that would end past OPENFOLD_STEP_BUDGET_S from the case's
+# start (datagen of one chain, the pipeline, the 93M-parameter model, the warm-up period), and
+# the child is killed after OPENFOLD_STEP_LIMIT_S (its row an ERROR, no figure): at most 7 of
+# the GPU session's 15 minutes
+OPENFOLD_STEP_BUDGET_S = 240
+OPENFOLD_STEP_LIMIT_S = 420
 FEED_TARGET = 0.9
 RESULT = "GPU_CHECK_RESULT "
 
@@ -139,6 +157,8 @@ def step_cases(bench: str, dry: bool, reference: str | None, everything: bool = 
     and batches, and the reference's local batch 2 in fp32 beside the reference's own step;
     `everything` (--all-steps) adds bf16 and the kit's defaults against contiguous + eager."""
     eager = ["train.memory_format=contiguous", "train.cuda_graph=false"]
+    if bench == "openfold":   # fp32 only (validate_config: the reference refuses bf16, fp16, amp), local batch 1
+        return [("kit", "fp32", 1, [])]
     if dry:   # the CPU: the kit's path in fp32, and fp16's refusal where it would be emulated
         return [("kit", q, 1, []) for q in ("fp32", "fp16")]
     cases = [("kit", q, b, []) for (name, b, q, _) in E2E_RUNS if name == bench]
@@ -153,7 +173,7 @@ def step_cases(bench: str, dry: bool, reference: str | None, everything: bool = 
 
 
 def run_step_child(bench: str, dry: bool, reference: str | None, warmup: int, steps: int,
-                   everything: bool = False) -> None:
+                   everything: bool = False, runs: int = 3) -> None:
     import torch
     from hpckit.common import step as kit_step
     from hpckit.common.config import load_config
@@ -168,6 +188,7 @@ def run_step_child(bench: str, dry: bool, reference: str | None, warmup: int, st
 
     for who, prec, batch, sets in step_cases(bench, dry, reference, everything):
         label = f"{who} {prec} b{batch}"
+        case_started = time.perf_counter()
         result = {"benchmark": bench, "who": who, "precision": prec, "batch": batch, "label": label}
         gc.collect()
         if cuda:
@@ -176,28 +197,43 @@ def run_step_child(bench: str, dry: bool, reference: str | None, warmup: int, st
         try:
             cfg = load_config(bench, "mini" if dry else "reference",
                               [*sets, f"data.batch_size={batch}", f"train.precision={prec}"])
+            if bench == "openfold":   # its train() validates (load_pytorch_config): so does the step
+                from hpckit.openfold.train import validate_config
+                validate_config(cfg)
             gen = torch.Generator().manual_seed(0)
             if who == "reference":
                 fn = reference_deepcam_step(reference, cfg, batch, gen)
             else:
-                args = argparse.Namespace(seed=1, stage_dir=None, data=".", dist="none", device=dev, threads=None,
+                # OpenFold's mini model on the CPU (--dry): one thread, as its ReFrame check runs it
+                # (reframe_checks/openfold.py: two threads beside a busy process were 20x slower)
+                threads = 1 if dry and bench == "openfold" else None
+                args = argparse.Namespace(seed=1, stage_dir=None, data=".", dist="none", device=dev, threads=threads,
                                           collective_timeout=60.0, deterministic=False, allocator="glibc")
                 launched = launch(args, "pytorch", cfg)
-                if bench != "oc20":   # OpenCatalyst's step is its own (no graph, no memory format)
+                if bench not in ("oc20", "openfold"):   # their steps are their own (no graph, no memory format)
                     kit_step.resolve_options(cfg, launched.device, True, cfg["optimizer"]["name"])
                     result["cuda_graph"] = cfg["train"]["cuda_graph"]
                     result["memory_format"] = cfg["train"]["memory_format"]
                 fn = {"deepcam": kit_deepcam_step, "cosmoflow": kit_cosmoflow_step,
-                      "oc20": kit_oc20_step}[bench](cfg, launched, batch, gen)
-            fn(warmup)
+                      "oc20": kit_oc20_step, "openfold": kit_openfold_step}[bench](cfg, launched, batch, gen)
+            # OpenFold: whole periods of its recycling draws (each count once a period), so that
+            # every timed run's mean step is the training's mean step
+            period = getattr(fn, "period", 1)
+            n_warmup, n_steps = -(-warmup // period) * period, -(-steps // period) * period
+            fn(n_warmup)
             sync()
             times = []
-            for _ in range(3):                      # 3 timed runs of `steps` steps each: median
+            budget = OPENFOLD_STEP_BUDGET_S if bench == "openfold" else None
+            for _ in range(runs):                   # `runs` timed runs (3) of `n_steps` steps each: median
+                if times and budget and time.perf_counter() - case_started + times[-1] * n_steps > budget:
+                    break                           # one more run would pass the budget: the figure as it is
                 t0 = time.perf_counter()
-                fn(steps)
+                fn(n_steps)
                 sync()
-                times.append((time.perf_counter() - t0) / steps)
+                times.append((time.perf_counter() - t0) / n_steps)
             s = statistics.median(times)
+            if getattr(fn, "note", None):
+                result["note"] = f"{fn.note}; {n_warmup} warm-up, {len(times)} x {n_steps} timed"
             result["graph_error"] = getattr(getattr(getattr(fn, "trainer", None), "step", None), "graph_error", None)
             result.update(status="ok", seconds_per_step=s, samples_per_s=batch / s,
                           peak_gpu_gib=torch.cuda.max_memory_allocated() / 2 ** 30 if cuda else None)
@@ -258,6 +294,56 @@ def kit_oc20_step(cfg, launched, batch, gen):
     return fn
 
 
+def kit_openfold_step(cfg, launched, batch, gen):
+    """OpenFold's Trainer.step as train.py's training loop calls it (OpenFoldParts.cycle,
+    train_epoch): one batch of `hpckit datagen openfold` chains as long as the crop (every
+    sample a whole crop: the config's sizes) made by train.py's own pipeline (the training
+    sampler's (index, seed) pairs, Samples, loader, batches), cut before each step by the kit's
+    RecyclingSchedule (0..num_recycling_iters recycling iterations drawn per optimizer step,
+    each count once a period, shuffled; the forward runs one more iteration than the draw, the
+    last with autograd). Each cut is put on the device once, as train.py's to_device makes it,
+    before the timing (the warm-up is a whole period): Trainer.step's to_device moves nothing."""
+    import tempfile as _tempfile
+    from hpckit.openfold import records
+    from hpckit.openfold import transforms as TR
+    from hpckit.openfold.synthetic import write_dataset
+    from hpckit.openfold.train import Samples, Trainer, batches, loader, to_device
+    d, t = cfg["data"], cfg["train"]
+    dc = TR.data_config(cfg)
+    synth = d.get("synthetic") or {}
+    with _tempfile.TemporaryDirectory(prefix="hpckit-gpu-check-openfold-") as tmp:
+        root = Path(tmp) / "d"
+        write_dataset(root, batch, 1, seed=1, crop=dc.crop_size, min_length=dc.crop_size, max_length=dc.crop_size,
+                      msa_depth=synth.get("msa_depth", 16), num_shards=1, segments=synth.get("segments"))
+        layout = records.Layout.under(root)
+        chains = records.read_chains(layout.chains)
+        index = records.AlignmentIndex(layout.alignments)
+        train_chains = records.training_chains(chains, index, t["train_max_pdb_release_date"],
+                                               t["filter_by_alignments"])
+        pairs = records.training_index_seed_pairs(records.sampler_weights(train_chains), 1, batch, batch,
+                                                  records.training_sampler_seed(launched.seed))
+        samples = Samples(train_chains, pairs, layout, index, TR.template_source(chains, layout, dc, "train"), dc,
+                          "train")
+        whole = next(batches(loader(samples, batch, 0)))   # every recycling iteration, on the host
+    trainer = Trainer(cfg, launched, None)
+    schedule = TR.RecyclingSchedule(TR.training_dataloader_seed(launched.seed), dc.num_recycling_iters,
+                                    t["gradient_accumulation_iters"])
+    on_device: dict[int, dict] = {}
+
+    def steps(n):
+        for _ in range(n):
+            cut = schedule(whole)
+            k = schedule.num_recycling_iters
+            if k not in on_device:
+                on_device[k] = to_device(cut, launched.device)
+            trainer.step(on_device[k])
+    steps.trainer = trainer
+    steps.period = (dc.num_recycling_iters + 1) * t["gradient_accumulation_iters"]
+    steps.note = (f"crop {dc.crop_size}, {cfg['model']['evoformer_stack']['num_blocks']} Evoformer blocks, "
+                  f"recycling 0-{dc.num_recycling_iters} drawn per step, each once a period")
+    return steps
+
+
 def reference_deepcam_step(reference: str, cfg: dict, batch: int, gen):
     """The reference's step as its trainer runs it (mlcommons/hpc@2c627d4
     deepcam/src/deepCam/driver/trainer.py:40-71): forward, CELoss, backward, optimizer
@@ -303,22 +389,36 @@ class Check:
 
     # -- step
     def part_step(self) -> None:
-        warmup, steps = (1, 1) if self.dry else (5, 6)
-        for bench in ("deepcam", "cosmoflow", "oc20"):
+        for bench in STEP_BENCHMARKS:   # OpenFold last: the longest step, the least needed figure
+            warmup, steps, runs = (1, 1, 1) if self.dry else (5, 6, 3)
+            limit = None
+            if bench == "openfold":   # whole periods of its recycling draws (the child rounds up):
+                # one period (4 steps at the reference) of warm-up, 2 timed periods, not 3
+                warmup, steps, runs = 1, 1, (1 if self.dry else 2)
+                limit = OPENFOLD_STEP_LIMIT_S
             log = self.work / f"step-{bench}.log"
             cmd = [sys.executable, __file__, "--child-step", bench, "--warmup", str(warmup), "--steps", str(steps),
+                   "--runs", str(runs),
                    *(["--dry"] if self.dry else []), *(["--reference", self.reference] if self.reference else []),
                    *(["--all-steps"] if self.everything else [])]
             results = []
             with open(log, "w") as out, subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=out, text=True,
                                                          env=kit_env(), cwd=REPO) as proc:
-                for line in proc.stdout:   # each case's row as soon as it is measured
-                    out.write(line)
-                    if line.startswith(RESULT):
-                        results.append(json.loads(line[len(RESULT):]))
-                        self._step_row(bench, results[-1])
+                timer = threading.Timer(limit, proc.kill) if limit else None
+                if timer:
+                    timer.start()
+                try:
+                    for line in proc.stdout:   # each case's row as soon as it is measured
+                        out.write(line)
+                        if line.startswith(RESULT):
+                            results.append(json.loads(line[len(RESULT):]))
+                            self._step_row(bench, results[-1])
+                finally:
+                    if timer:
+                        timer.cancel()
             if proc.returncode != 0:
-                self.row("step", bench, "ERROR", f"exit {proc.returncode}: {tail(log)}")
+                why = f"killed after {limit:.0f} s" if limit and proc.returncode == -9 else f"exit {proc.returncode}"
+                self.row("step", bench, "ERROR", f"{why}: {tail(log)}")
 
     def _step_row(self, bench: str, r: dict) -> None:
         if True:   # one measured case
@@ -331,6 +431,7 @@ class Check:
                    if "cuda_graph" in r else "")
             self.row("step", f"{bench} {r['label']}{how}", "ok",
                      f"{r['samples_per_s']:.1f} samples/s, {r['seconds_per_step'] * 1e3:.1f} ms/step{mem}"
+                     + (f" ({r['note']})" if r.get("note") else "")
                      + (f" [capture failed: {r['graph_error'][:100]}]" if r.get("graph_error") else ""))
 
     # -- data
@@ -435,6 +536,10 @@ class Check:
     def part_mini(self) -> None:
         runs = []
         kinds = (("deterministic", True), ("deterministic-again", True), ("default", False))
+        # Not OpenFold: its mini training to the target takes about 2 min 10 s on 2 CPU cores and
+        # has not been timed on a GPU; three more of them (deterministic twice, and without)
+        # would likely cost more than the minute of the session's GPU time this part can spare.
+        # The reframe part trains it once, to the target, --deterministic, and has it checked.
         for bench in ("cosmoflow", "deepcam"):
             data = self.dataset(bench, "mini")
             for name, det in kinds[:1] if self.dry and bench == "cosmoflow" else kinds:
@@ -494,9 +599,15 @@ class Check:
         wrapper.chmod(0o755)
         env = kit_env()
         env["PATH"] = f"{bindir}:{env.get('PATH', '')}"
-        files = [REPO / "reframe_checks" / f for f in ("cosmoflow.py", "deepcam.py", "oc20.py")
+        # OpenFold's check runs as the others do (its mini training to the target, --deterministic,
+        # then `hpckit check`), last: the local profile runs one check at a time, so it adds its
+        # whole time to the part. Not timed on a GPU yet; on 2 CPU cores it reached the target in
+        # about 2 min 10 s (reframe_checks/openfold.py). The part runs beside mini and torchrun,
+        # which took 46 s on the GPU of 2026-11-26, the other three checks 96 s (bench/README.md):
+        # the command's wall time grows by OpenFold's check; the part's 1500 s limit stays.
+        files = [REPO / "reframe_checks" / f for f in ("cosmoflow.py", "deepcam.py", "oc20.py", "openfold.py")
                  if (REPO / "reframe_checks" / f).exists()]
-        names = ["CosmoFlowCheck%framework=pytorch", "DeepCAMCheck", "OC20Check"]
+        names = ["CosmoFlowCheck%framework=pytorch", "DeepCAMCheck", "OC20Check", "OpenFoldCheck"]
         cmd = [sys.executable, "-c", "import sys; from reframe.frontend.cli import main; sys.argv[0] = 'reframe'; "
                                      "sys.exit(main())",
                "-C", REPO / "site_profiles" / "local" / "settings.py", *(x for f in files for x in ("-c", f)),
@@ -595,6 +706,7 @@ def main(argv=None) -> int:
     p.add_argument("--child-step", help=argparse.SUPPRESS)
     p.add_argument("--warmup", type=int, default=6, help=argparse.SUPPRESS)
     p.add_argument("--steps", type=int, default=10, help=argparse.SUPPRESS)
+    p.add_argument("--runs", type=int, default=3, help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     parts = [x for x in args.parts.split(",") if x]
     if any(x not in PARTS for x in parts):
@@ -605,7 +717,7 @@ def main(argv=None) -> int:
             "deeplab_xception.py)")
     if args.child_step:
         sys.path.insert(0, str(REPO / "apps"))
-        run_step_child(args.child_step, args.dry, args.reference, args.warmup, args.steps, args.all_steps)
+        run_step_child(args.child_step, args.dry, args.reference, args.warmup, args.steps, args.all_steps, args.runs)
         return 0
     out = Path(args.out) if args.out else None
     if out is not None:   # before any work: a table is never written over one this run did not write

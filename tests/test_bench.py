@@ -271,9 +271,10 @@ def test_feed_rate_bad_argument_is_one_line(args, named):
 
 
 def test_gpu_check_dry_runs_every_part():
-    """`make gpu-check DRY=1`: every part of the GPU check (the step, from files, the mini
-    trainings deterministic twice, torchrun, the ReFrame checks as --dry-run) on the CPU at
-    tiny sizes, so that the command a lent GPU runs does not rot; no figure is judged."""
+    """`make gpu-check DRY=1`: every part of the GPU check (the step, OpenFold's last, from
+    files, the mini trainings deterministic twice, torchrun, the ReFrame checks as --dry-run,
+    OpenFold's among them) on the CPU at tiny sizes, so that the command a lent GPU runs does
+    not rot; no figure is judged."""
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
     proc = subprocess.run(["make", "-s", "--no-print-directory", "gpu-check", "DRY=1", f"GPU_PYTHON={sys.executable}"],
                           capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
@@ -287,9 +288,15 @@ def test_gpu_check_dry_runs_every_part():
     assert text.startswith("# gpu_check host ") and "DRY RUN on the CPU" in text.splitlines()[0], text[:500]
     assert re.search(r"step +deepcam kit fp32 b1 .* ok +" + NUMBER + " samples/s", text), text
     assert re.search(r"step +deepcam kit fp16 b1 +REFUSED|step +deepcam kit fp16 b1 .* ok", text), text
+    # OpenFold's own step (Trainer.step, its recycling schedule) last in the part: the mini config here
+    assert re.search(rf"step +openfold kit fp32 b1 +ok +{NUMBER} samples/s, {NUMBER} ms/step \(crop 16, 2 Evoformer "
+                     r"blocks, recycling 0-1 drawn per step, each once a period; 2 warm-up, 1 x 2 timed\)", text), text
+    steps = [r[1].split()[0] for r in rows if r[0] == "step"]
+    assert steps[-1] == "openfold" and steps.count("openfold") == 1, steps
     assert re.search(r"mini +deepcam deterministic twice: same curve +PASS", text), text
     assert re.search(r"reframe +CosmoFlowCheck %framework=pytorch +DRY", text), text
     assert re.search(r"reframe +DeepCAMCheck %framework=pytorch +DRY", text), text
+    assert re.search(r"reframe +OpenFoldCheck %framework=pytorch +DRY", text), text
     # the whole path from files: sustained rate, first epoch, the loop's input wait (no GPU: no busy share)
     for case in ("cosmoflow fp32 b1", "deepcam fp32 b2"):
         assert re.search(rf"e2e +{case} from files +ok +{NUMBER} samples/s sustained \(median of epochs 2-4\), "
