@@ -99,13 +99,14 @@ fuzz: $(STAMP)
 # (requirements/gpu-wheels.txt, for GPU_PY) in .whl/; there `pip install --no-deps --target
 # DIR .whl/*.whl` and DIR on PYTHONPATH. DRY=1: every part on the CPU at tiny sizes, no
 # figures (CI runs it so that it cannot rot). GPU_OUT: a directory for the table and figures;
+# GPU_WORKDIR: where its data sets and runs go (a new directory inside it, removed at the end);
 # PARTS: some of step,e2e,mini,torchrun,reframe.
 GPU_PYTHON ?= python3
 GPU_PY     ?= 3.12
 .PHONY: gpu-check gpu-wheels
 gpu-check:
 	$(GPU_PYTHON) bench/gpu_check.py $(if $(DRY),--dry) $(if $(REFERENCE),--reference $(REFERENCE)) \
-	    $(if $(GPU_OUT),--out $(GPU_OUT)) $(if $(PARTS),--parts $(PARTS))
+	    $(if $(GPU_OUT),--out $(GPU_OUT)) $(if $(GPU_WORKDIR),--workdir $(GPU_WORKDIR)) $(if $(PARTS),--parts $(PARTS))
 
 gpu-wheels:
 	$(PYTHON) -m pip download --quiet --no-deps --only-binary=:all: --python-version $(GPU_PY) --implementation cp \

@@ -270,15 +270,23 @@ def test_feed_rate_bad_argument_is_one_line(args, named):
     assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and named in proc.stderr, proc.stderr
 
 
-def test_gpu_check_dry_runs_every_part():
+def test_gpu_check_dry_runs_every_part(tmp_path):
     """`make gpu-check DRY=1`: every part of the GPU check (the step, OpenFold's last, from
     files, the mini trainings deterministic twice, torchrun, the ReFrame checks as --dry-run,
     OpenFold's among them) on the CPU at tiny sizes, so that the command a lent GPU runs does
-    not rot; no figure is judged."""
+    not rot; no figure is judged. GPU_WORKDIR: it works in a new directory inside the one
+    named and removes only that; GPU_OUT: the table it writes is new files (issue 41)."""
+    work, out = tmp_path / "mine", tmp_path / "out"
+    work.mkdir()
+    (work / "keep.txt").write_text("the user's")
     env = {**os.environ, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
-    proc = subprocess.run(["make", "-s", "--no-print-directory", "gpu-check", "DRY=1", f"GPU_PYTHON={sys.executable}"],
+    proc = subprocess.run(["make", "-s", "--no-print-directory", "gpu-check", "DRY=1", f"GPU_PYTHON={sys.executable}",
+                           f"GPU_WORKDIR={work}", f"GPU_OUT={out}"],
                           capture_output=True, text=True, timeout=900, env=env, cwd=REPO)
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-3000:]
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt"] and (work / "keep.txt").read_text() == "the user's"
+    assert "| step | deepcam kit fp32 b1" in (out / "gpu_check.txt").read_text()
+    assert json.loads((out / "gpu_check.json").read_text())
     # the final table: | part | case | status | figures |
     rows = [[c.strip() for c in line.strip("|").split("|")] for line in proc.stdout.splitlines()
             if line.startswith("| ") and not line.startswith("| part ")]
@@ -304,27 +312,22 @@ def test_gpu_check_dry_runs_every_part():
                          r"GPU busy n/a", text), text
 
 
-def test_gpu_check_keeps_what_it_did_not_make(tmp_path):
-    """--workdir DIR: the check works in a new directory inside DIR and removes only that;
-    --out DIR that already holds a table: one line, exit 2, before any work; the table it
-    writes is new files (issue 41)."""
-    work = tmp_path / "mine"
+def test_gpu_check_refuses_what_it_would_overwrite(tmp_path):
+    """--out DIR that already holds a table, --out or --workdir naming a file: one line, exit 2,
+    before any work, and the table is left as it was (the dry run above writes a new one)."""
+    work, out = tmp_path / "mine", tmp_path / "out"
     work.mkdir()
+    out.mkdir()
     (work / "keep.txt").write_text("the user's")
-    out = tmp_path / "out"
-    proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--dry", "--parts", "step",
-                           "--workdir", str(work), "--out", str(out)], capture_output=True, text=True, timeout=600,
-                          cwd=REPO)
-    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
-    assert sorted(p.name for p in work.iterdir()) == ["keep.txt"] and (work / "keep.txt").read_text() == "the user's"
-    table = (out / "gpu_check.txt").read_text()
-    assert "| step | deepcam kit fp32 b1" in table
+    (out / "gpu_check.txt").write_text("an earlier check's table\n")
     for args in (["--out", str(out)], ["--out", str(work / "keep.txt")], ["--workdir", str(work / "keep.txt")]):
         proc = subprocess.run([sys.executable, str(REPO / "bench" / "gpu_check.py"), "--dry", "--parts", "step", *args],
                               capture_output=True, text=True, timeout=60, cwd=REPO)
         assert proc.returncode == 2 and proc.stderr.strip().count("\n") == 0 and args[1] in proc.stderr, proc.stderr
         assert not proc.stdout, proc.stdout
-    assert (out / "gpu_check.txt").read_text() == table
+    assert (out / "gpu_check.txt").read_text() == "an earlier check's table\n"
+    assert sorted(p.name for p in work.iterdir()) == ["keep.txt"] and sorted(p.name for p in out.iterdir()) == [
+        "gpu_check.txt"]
 
 
 @pytest.mark.parametrize("args,named", [(["--epochs", "1"], "--epochs '1'"), (["--epochs", "a"], "--epochs 'a'"),
