@@ -14,12 +14,16 @@ few distinct ones hard-linked to many names; page cache warm, as a node-local st
   tfrecord       the same records uncompressed
   stage-decode   CosmoFlow decoded once at staging into npy (data.stage_decode)
   lmdb           OpenCatalyst's LMDB records (DataLoader worker processes, as on every device)
+  openfold       OpenFold's processed PDB / OpenProteinSet layout (chains.csv, the mmCIF dicts, the
+                 alignment shards), each sample made by train.py's Samples (make_example) in
+                 DataLoader worker processes, batch 1 (the reference's local batch)
 
 two figures per reader count W, in alternating rounds (the best of each):
 
   loader   the loader `hpckit train` builds for an accelerator (DeepCAM and CosmoFlow: W reader
            threads into a ring of pinned batch buffers, common/feed.py; OpenCatalyst: W
-           DataLoader workers), iterated with nothing else going on;
+           DataLoader workers; OpenFold: W DataLoader workers over train.py's Samples, its
+           batches()), iterated with nothing else going on;
   path     the training loop's own code around it: MLPerfRun's LoopClock.timed (the input
            wait), step.prefetched (the copy to the device on a side stream), the benchmark's
            to_device (the transform on the device) and a step that consumes `--rate`
@@ -28,6 +32,10 @@ two figures per reader count W, in alternating rounds (the best of each):
            the device is PyTorch's `meta` device (the copies and the transform are queued to
            nothing, as a GPU would take them off the host) and the step is a clock that runs
            one step ahead of the host (bench/README.md). --rate 0: a step that takes no time.
+           OpenFold's path is its own loop's (train.py: OpenFoldParts.cycle, Trainer.step):
+           LoopClock.timed over the batches with the recycling schedule (TR.RecyclingSchedule)
+           applied, then train.py's to_device, the step; its default rate is 0, since no GPU
+           rate of its step has been measured yet (STEP_RATE has none).
 
 Per row: samples/s of each, their ratio, the path's input wait share (LoopClock) and the
 step's busy share, the CPU the path costs per sample (all threads and worker processes, user
@@ -68,9 +76,11 @@ FORMATS = {   # name: (benchmark, what it is)
     "tfrecord": ("cosmoflow", "the same records, uncompressed"),
     "stage-decode": ("cosmoflow", "decoded once at staging into npy (data.stage_decode)"),
     "lmdb": ("oc20", "OpenCatalyst's LMDB records, staged as the node's share"),
+    "openfold": ("openfold", "OpenFold's processed PDB/OpenProteinSet layout, staged whole (train.py's Samples)"),
 }
-DEFAULT_BATCH = {"deepcam": 8, "cosmoflow": 1, "oc20": 8}
-# the step's samples/s on one H100 (bench/gpu_check.py, 2026-11-27: fp16; OC20 fp32 from files)
+DEFAULT_BATCH = {"deepcam": 8, "cosmoflow": 1, "oc20": 8, "openfold": 1}
+# the step's samples/s on one H100 (bench/gpu_check.py, 2026-11-27: fp16; OC20 fp32 from files).
+# OpenFold: no measured figure yet, so none is given: its default is a step of no time (rate 0)
 STEP_RATE = {"deepcam": 82.7, "cosmoflow": 289.2, "oc20": 81.1}
 
 
@@ -191,9 +201,19 @@ class Path_:
         from hpckit.common import step
         self.bench, self.batch, self.readers, self.rate, self.cuda = bench, batch, readers, rate, cuda
         self.sampler = Epochs(n_files)
-        self.loader = make_loader(self.sampler)
+        made = make_loader(self.sampler)   # OpenFold: (the loader, the run's recycling schedule)
+        self.loader, self.schedule = made if bench == "openfold" else (made, None)
         self.device = torch.device("cuda" if cuda else "meta")
         self.prefetched = step.prefetched
+        if bench == "openfold":
+            from hpckit.openfold import train as OT
+            # the loader's batches as train.py iterates them (batches(): a sample that failed
+            # raises its KitError); the recycling schedule lives as long as the loader, as a run's
+            loader = self.loader   # not self: no reference cycle (see close())
+            self.batches = lambda: OT.batches(loader)
+            self.to_device = OT.to_device
+            return
+        self.batches = lambda loader=self.loader: loader
         if bench == "deepcam":
             from hpckit.deepcam import data
             self.to_device = lambda x, y, device: data.to_device(x, y, device, torch.channels_last)
@@ -204,15 +224,35 @@ class Path_:
             from hpckit.oc20 import data
             self.to_device = lambda batch, y, device: (data.to_device(batch, device), None)
 
+    def close(self) -> None:
+        """DataLoader workers (OpenCatalyst, OpenFold) stopped now. Left to the garbage
+        collector, they were never told to stop (strace: the index queue's feeder thread had
+        ended before the stop was queued) and each waited out DataLoader's 5 s join timeout
+        before it was terminated: 15 s of a --tiny run of one format."""
+        it = getattr(self.loader, "_iterator", None)
+        if it is not None and hasattr(it, "_shutdown_workers"):
+            it._shutdown_workers()
+
     def _items(self, path: bool):
         """(samples of each batch) as the loop or the loader alone sees them."""
         from hpckit.common.usage import LoopClock
         if not path:
-            for b in self.loader:
+            for b in self.batches():
                 yield _samples(self.bench, b)
             return
         clock = self.clock = LoopClock(self.device)
         self.step = CudaStep(self.rate) if self.cuda else HostStep(self.rate)
+        if self.bench == "openfold":
+            # OpenFoldParts.cycle inside the run's LoopClock.timed (the recycling schedule applied
+            # to each batch as it is asked for), then Trainer.step's to_device: train.py's loop
+            # has no step.prefetched, so neither has this path
+            for batch in clock.timed(self.schedule(b) for b in self.batches()):
+                batch = self.to_device(batch, self.device)
+                n = _samples(self.bench, batch)
+                self.step(n)
+                yield n
+            self.step.drain()
+            return
         batches = clock.timed(self.loader if self.bench != "oc20" else ((b, None) for b in self.loader))
         for x, y in self.prefetched(batches, self.to_device, self.device):
             n = _samples(self.bench, (x, y))
@@ -260,7 +300,9 @@ class Path_:
 
 
 def _samples(bench: str, batch) -> int:
-    """Samples of a batch as the loader gives it (OpenCatalyst: a dict) or the loop (x, y)."""
+    """Samples of a batch as the loader gives it (OpenCatalyst, OpenFold: a dict) or the loop (x, y)."""
+    if bench == "openfold":   # train.py's Trainer.step counts batch["aatype"].shape[0]
+        return int(batch["aatype"].shape[0])
     if isinstance(batch, dict):
         return int(batch["natoms"].numel())
     x, y = batch
@@ -340,6 +382,69 @@ def staged_oc20(work: Path, n: int, cfg: dict, log):
     return odata.staged(split, work / "stage" / "oc20")
 
 
+class OpenFoldData:
+    """OpenFold's training data as OpenFoldParts.prepare reads it: `hpckit datagen openfold`'s
+    layout staged whole (train.py's stage_tree), the training chains selected (read_chains,
+    AlignmentIndex, training_chains), and n (index, seed) pairs of the reference's sampler
+    (training_index_seed_pairs over the chains' sampling weights), one per sample name: the
+    bench's Epochs sampler indexes them."""
+
+    def __init__(self, work: Path, n: int, config: str, log):
+        import argparse
+        import contextlib
+        import io
+        from hpckit.common.config import load_config
+        from hpckit.openfold import records, synthetic
+        from hpckit.openfold import train as OT
+        from hpckit.openfold import transforms as TR
+        t = time.perf_counter()
+        gen = work / "openfold-gen"
+        with contextlib.redirect_stdout(io.StringIO()):   # its one line would fall inside the table
+            synthetic.datagen_command(argparse.Namespace(out=str(gen), train=n, valid=1, seed=1, config=config,
+                                                         shuffle_labels=False))
+        _, files = OT.find_layout(str(gen))
+        dest = work / "stage" / "openfold"
+        dest.parent.mkdir(exist_ok=True)
+        OT.stage_tree(files, gen, dest)
+        self.layout = records.Layout.under(dest)
+        self.cfg = load_config("openfold", config)
+        d, tr = self.cfg["data"], self.cfg["train"]
+        self.dc = TR.data_config(self.cfg)
+        chains = records.read_chains(self.layout.chains)
+        self.index = records.AlignmentIndex(self.layout.alignments)
+        self.chains = records.training_chains(chains, self.index, tr["train_max_pdb_release_date"],
+                                              tr["filter_by_alignments"])
+        self.source = TR.template_source(chains, self.layout, self.dc, "train")
+        self.pairs = records.training_index_seed_pairs(records.sampler_weights(self.chains), n, 1, 1,
+                                                       records.training_sampler_seed(1))
+        self.accumulation = tr["gradient_accumulation_iters"]
+        lengths = [len(c.sequence) for c in self.chains]
+        log(f"# openfold: {len(self.chains)} training chains of {min(lengths)}-{max(lengths)} residues by hpckit "
+            f"datagen --config {config} (crop {d['crop_size']}, {d['max_msa_clusters']} MSA clusters, "
+            f"{d['max_extra_msa']} extra sequences, {d['max_templates']} templates, up to "
+            f"{d['num_recycling_iters']} recycling iterations), staged whole, {n} sampler pairs, "
+            f"{time.perf_counter() - t:.1f} s")
+
+    def __len__(self) -> int:
+        return len(self.pairs)
+
+    def loader(self, batch: int, workers: int, sampler):
+        """train.py's loader(dataset, batch, workers) with the bench's sampler: loader() takes
+        none (its order is the pairs' own), so the DataLoader is built here with the same
+        arguments as loader() plus sampler=; and the run's recycling schedule beside it."""
+        import torch
+        from hpckit.openfold import train as OT
+        from hpckit.openfold import transforms as TR
+        dataset = OT.Samples(self.chains, self.pairs, self.layout, self.index, self.source, self.dc, "train")
+        made = torch.utils.data.DataLoader(dataset, batch_size=batch, shuffle=False, sampler=sampler, drop_last=True,
+                                           num_workers=workers, collate_fn=OT.collate,
+                                           persistent_workers=workers > 0,
+                                           prefetch_factor=4 if workers > 0 else None)   # as train.loader()
+        schedule = TR.RecyclingSchedule(TR.training_dataloader_seed(1), self.dc.num_recycling_iters,
+                                        self.accumulation)
+        return made, schedule
+
+
 # ---------------------------------------------------------------- where it stops scaling
 
 def why_it_stops(rows: list[dict], cpus: int) -> str:
@@ -375,9 +480,10 @@ def main() -> int:
     p.add_argument("--readers", default="1,2", help="reader counts (loader threads or workers; default 1,2)")
     p.add_argument("--formats", default=",".join(FORMATS), help=f"of {', '.join(FORMATS)} (default all)")
     p.add_argument("--batch", action="append", default=[], help="BENCH=B: local batch (default deepcam=8, "
-                   "cosmoflow=1, oc20=8)")
+                   "cosmoflow=1, oc20=8, openfold=1)")
     p.add_argument("--rate", type=float, help="the step's samples/s (default: the kit's H100 step, "
-                   f"{', '.join(f'{k} {v:g}' for k, v in STEP_RATE.items())}); 0: a step that takes no time")
+                   f"{', '.join(f'{k} {v:g}' for k, v in STEP_RATE.items())}; openfold 0: no GPU rate of its "
+                   "step has been measured yet); 0: a step that takes no time")
     p.add_argument("--files", type=int, default=64, help="sample names per format (default 64)")
     p.add_argument("--seconds", type=float, default=3.0, help="about this many seconds per figure (default 3)")
     p.add_argument("--rounds", type=int, default=2, help="alternating rounds of loader and path, best of each")
@@ -394,7 +500,7 @@ def main() -> int:
     for item in args.batch:
         key, _, value = item.partition("=")
         if key not in batches:
-            bad(f"--batch {item!r}: expected deepcam=B, cosmoflow=B or oc20=B")
+            bad(f"--batch {item!r}: expected deepcam=B, cosmoflow=B, oc20=B or openfold=B")
         batches[key] = int_list(value, "--batch", 1)[0]
     if args.rate is not None and not (args.rate >= 0 and args.rate < 1e9):
         bad(f"--rate {args.rate}: samples/s >= 0")
@@ -435,6 +541,8 @@ def main() -> int:
             splits["hdf5"], stats = staged_deepcam(work, args.files, min(args.files, 4), height, width, log)
         if "lmdb" in formats:
             splits["lmdb"] = staged_oc20(work, args.files, cfgs["oc20"], log)
+        if "openfold" in formats:
+            splits["openfold"] = OpenFoldData(work, args.files, "mini" if args.tiny else "reference", log)
         log(f"# per figure about {args.seconds:g} s after a warm-up epoch; {args.rounds} alternating round(s), the "
             "best of each; CPU ms per sample: all threads and worker processes; loop, readers: share of their time "
             "on a CPU")
@@ -443,14 +551,16 @@ def main() -> int:
         for fmt in formats:
             bench = FORMATS[fmt][0]
             b = batches[bench]
-            rate = STEP_RATE[bench] if args.rate is None else args.rate
+            rate = STEP_RATE.get(bench, 0.0) if args.rate is None else args.rate   # OpenFold: none measured
             mine = []
             for w in readers:
-                cfg = copy.deepcopy(cfgs[bench])
+                cfg = copy.deepcopy(cfgs.get(bench, {"data": {}}))
                 cfg["data"].update(batch_size=b, loader_workers=w)
                 split = splits[fmt]
 
-                def make(sampler, cfg=cfg, split=split, bench=bench):
+                def make(sampler, cfg=cfg, split=split, bench=bench, b=b, w=w):
+                    if bench == "openfold":
+                        return split.loader(b, w, sampler)
                     if bench == "deepcam":
                         from hpckit.deepcam import data
                         return data.torch_loader(split, stats, cfg, True, 0, sampler,
@@ -469,6 +579,7 @@ def main() -> int:
                             r = path.measure(kind == "path", args.seconds)
                             if kind not in best or r["samples_per_s"] > best[kind]["samples_per_s"]:
                                 best[kind] = r
+                    path.close()
                     del path
                     gc.collect()
                 except Exception as e:   # one figure missing: said, the others still measured

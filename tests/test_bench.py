@@ -236,7 +236,8 @@ def test_feed_rate_prints_every_figure_without_tensorflow(tmp_path):
     """The whole data path beside the loader alone at tiny sizes, TensorFlow unimportable (the
     lent GPU machine has none): a row per format and reader count (loader, path, ratio, input
     wait, the step's busy share, CPU per sample, the loop's and the readers' shares), where
-    each format stops scaling and why, and the JSON."""
+    each format stops scaling and why, and the JSON. OpenFold (train.py's Samples, its mini
+    config) at step rate 0: no GPU rate of its step is measured."""
     out = tmp_path / "feed.json"
     proc = subprocess.run([sys.executable, "-c", NO_TENSORFLOW, str(REPO / "bench" / "feed_rate.py"), "--tiny",
                            "--readers", "1,2", "--files", "16", "--seconds", "0.3", "--rounds", "1",
@@ -246,7 +247,7 @@ def test_feed_rate_prints_every_figure_without_tensorflow(tmp_path):
     assert lines[0].startswith("# host ") and " flags " in lines[0] and "device none: the meta device" in lines[1]
     share = rf"(?:{NUMBER}| n/a)"
     for fmt, batch, rate in (("hdf5", 8, 83), ("gzip-tfrecord", 1, 289), ("tfrecord", 1, 289),
-                             ("stage-decode", 1, 289), ("lmdb", 8, 81)):
+                             ("stage-decode", 1, 289), ("lmdb", 8, 81), ("openfold", 1, 0)):
         for w in (1, 2):
             row = (rf"{fmt}\s+{batch}\s+{w}\s+{rate}\s+{NUMBER}\s+{NUMBER}\s+{NUMBER}\s+{share}\s+{share}\s+{NUMBER}\s+"
                    rf"{NUMBER}%\s+{NUMBER}%\s+(?:{NUMBER}%|n/a)")
@@ -255,7 +256,7 @@ def test_feed_rate_prints_every_figure_without_tensorflow(tmp_path):
                                      rf"scaling at 2 reader\(s\) \({NUMBER} samples/s\))", line))
                    for line in lines) == 1, proc.stdout
     saved = json.loads(out.read_text())
-    assert len(saved["rows"]) == 10 and all(r["loader"] > 0 and r["path"] > 0 and r["scaling"] for r in saved["rows"])
+    assert len(saved["rows"]) == 12 and all(r["loader"] > 0 and r["path"] > 0 and r["scaling"] for r in saved["rows"])
     assert all(r["path_fig"]["input_wait"] is not None for r in saved["rows"])
 
 
