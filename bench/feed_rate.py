@@ -35,7 +35,9 @@ two figures per reader count W, in alternating rounds (the best of each):
            OpenFold's path is its own loop's (train.py: OpenFoldParts.cycle, Trainer.step):
            LoopClock.timed over the batches with the recycling schedule (TR.RecyclingSchedule)
            applied, then train.py's to_device, the step; its default rate is 0, since no GPU
-           rate of its step has been measured yet (STEP_RATE has none).
+           rate of its step has been measured yet (STEP_RATE has none). OpenCatalyst's path
+           is its own loop's too (Trainer.train_epoch moves each batch itself: no
+           step.prefetched, whose record_stream a batch dict would not take on CUDA).
 
 Per row: samples/s of each, their ratio, the path's input wait share (LoopClock) and the
 step's busy share, the CPU the path costs per sample (all threads and worker processes, user
@@ -220,9 +222,9 @@ class Path_:
         elif bench == "cosmoflow":
             from hpckit.cosmoflow import data
             self.to_device = data.to_device
-        else:
+        else:   # OpenCatalyst's Trainer.train_epoch moves each batch itself (no step.prefetched)
             from hpckit.oc20 import data
-            self.to_device = lambda batch, y, device: (data.to_device(batch, device), None)
+            self.to_device = data.to_device
 
     def close(self) -> None:
         """DataLoader workers (OpenCatalyst, OpenFold) stopped now. Left to the garbage
@@ -242,18 +244,20 @@ class Path_:
             return
         clock = self.clock = LoopClock(self.device)
         self.step = CudaStep(self.rate) if self.cuda else HostStep(self.rate)
-        if self.bench == "openfold":
-            # OpenFoldParts.cycle inside the run's LoopClock.timed (the recycling schedule applied
-            # to each batch as it is asked for), then Trainer.step's to_device: train.py's loop
-            # has no step.prefetched, so neither has this path
-            for batch in clock.timed(self.schedule(b) for b in self.batches()):
+        if self.bench in ("oc20", "openfold"):
+            # their train.py loops have no step.prefetched, so neither has this path: the batch is
+            # asked for inside the run's LoopClock.timed (OpenFold: OpenFoldParts.cycle applies the
+            # recycling schedule to it), then moved by the Trainer's own to_device (a dict, which
+            # prefetched's record_stream would not take on CUDA)
+            source = (self.schedule(b) for b in self.batches()) if self.bench == "openfold" else self.batches()
+            for batch in clock.timed(source):
                 batch = self.to_device(batch, self.device)
                 n = _samples(self.bench, batch)
                 self.step(n)
                 yield n
             self.step.drain()
             return
-        batches = clock.timed(self.loader if self.bench != "oc20" else ((b, None) for b in self.loader))
+        batches = clock.timed(self.loader)
         for x, y in self.prefetched(batches, self.to_device, self.device):
             n = _samples(self.bench, (x, y))
             self.step(n)
