@@ -433,17 +433,12 @@ class OpenFoldData:
         return len(self.pairs)
 
     def loader(self, batch: int, workers: int, sampler):
-        """train.py's loader(dataset, batch, workers) with the bench's sampler: loader() takes
-        none (its order is the pairs' own), so the DataLoader is built here with the same
-        arguments as loader() plus sampler=; and the run's recycling schedule beside it."""
-        import torch
+        """train.py's loader() over train.py's Samples in the bench's sampler's order, and the
+        run's recycling schedule beside it."""
         from hpckit.openfold import train as OT
         from hpckit.openfold import transforms as TR
         dataset = OT.Samples(self.chains, self.pairs, self.layout, self.index, self.source, self.dc, "train")
-        made = torch.utils.data.DataLoader(dataset, batch_size=batch, shuffle=False, sampler=sampler, drop_last=True,
-                                           num_workers=workers, collate_fn=OT.collate,
-                                           persistent_workers=workers > 0,
-                                           prefetch_factor=4 if workers > 0 else None)   # as train.loader()
+        made = OT.loader(dataset, batch, workers, sampler)
         schedule = TR.RecyclingSchedule(TR.training_dataloader_seed(1), self.dc.num_recycling_iters,
                                         self.accumulation)
         return made, schedule

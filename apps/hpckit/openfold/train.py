@@ -343,8 +343,10 @@ def collate(samples: list):
     return failed[0] if failed else TR.collate(samples)
 
 
-def loader(dataset: Samples, batch_size: int, workers: int):
-    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, drop_last=True,
+def loader(dataset: Samples, batch_size: int, workers: int, sampler=None):
+    """The reference's DataLoader over `dataset` in its own order (the pairs'), or the order of
+    `sampler` where one is given (bench/feed_rate.py's epochs)."""
+    return torch.utils.data.DataLoader(dataset, batch_size=batch_size, shuffle=False, sampler=sampler, drop_last=True,
                                        num_workers=workers, collate_fn=collate, persistent_workers=workers > 0,
                                        prefetch_factor=4 if workers > 0 else None)   # dataloaders.py:42-51
 
