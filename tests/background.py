@@ -26,8 +26,21 @@ wall time fails a healthy debootstrap whenever the machine is busy long enough (
 under `make stress`). `run()` counts only the seconds in which the command's processes were
 not waiting for a CPU (from each task's state and CPU time in /proc/<pid>/task/<tid>): a
 command that is hung (waiting on the network, deadlocked) is caught after `guard_s`; one
-that is only starved of CPU is not. `run_hpckit` and the container tests' `_run` use it
-when called from a build's thread.
+that is only starved of CPU is not. `run_hpckit`, `run_reframe` and the container tests'
+`_run` use it when called from a build's thread.
+
+Nice ranks a process only against the others of its autogroup (kernel.sched_autogroup_enabled,
+on by default), and a process that starts a new session starts a new autogroup at nice 0:
+ReFrame's local scheduler does (its jobs run with start_new_session), so a ReFrame run in a
+build would take half the CPU from the tests, its job's autogroup against the session's.
+`run()` gives every new autogroup among the command's processes the build's nice, within a
+poll interval of its start (/proc/<pid>/autogroup; a process may raise its own autogroup's
+nice). Containers are the exception nice cannot reach (a cgroup of their own): their
+builds run containers only briefly, and their trainings run in the foreground.
+
+Trainings in builds take a slot of `training()` (TRAINING_SLOTS at once): together they
+have only the cores the tests leave idle, and ten at once would hold ten models in memory
+to go no faster than two.
 """
 
 from __future__ import annotations
@@ -42,8 +55,10 @@ from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any, Callable
 
 NICE = 19
+TRAINING_SLOTS = 2
 # a thread per build (made when a build starts): a build may wait for another's result
-_pool = ThreadPoolExecutor(max_workers=8, thread_name_prefix="background")
+_pool = ThreadPoolExecutor(max_workers=24, thread_name_prefix="background")
+_training = threading.BoundedSemaphore(TRAINING_SLOTS)
 _jobs: dict[str, tuple[Future, Callable[[Any], None] | None]] = {}   # not released yet
 _lock = threading.Lock()   # a build may start another (its prerequisite) from its thread
 
@@ -90,6 +105,11 @@ def release_all() -> None:
     _pool.shutdown(wait=True)
 
 
+def training():
+    """`with background.training(): ...` around a build's training (see the module doc)."""
+    return _training
+
+
 def in_build() -> bool:
     """True in a build's thread (its commands go through `run`)."""
     return threading.current_thread().name.startswith("background")
@@ -129,6 +149,33 @@ def _tree(root: int) -> list[int]:
         tree.append(pid)
         todo.extend(children.get(pid, ()))
     return tree
+
+
+def _autogroup(pid: int | str) -> tuple[str, int] | None:
+    """(the autogroup's name, its nice) of a process, None where unreadable or absent."""
+    try:
+        with open(f"/proc/{pid}/autogroup") as f:
+            name, _, nice = f.read().split()
+        return name, int(nice)
+    except (OSError, ValueError):
+        return None
+
+
+def demote_autogroups(pids: list[int], nice: int = NICE) -> int:
+    """Give every autogroup of `pids` other than this process's own the nice `nice`; the count
+    changed. Our own is left alone: it holds the tests."""
+    own, changed = _autogroup("self"), 0
+    for pid in pids:
+        group = _autogroup(pid)
+        if group is None or group[1] >= nice or (own is not None and group[0] == own[0]):
+            continue
+        try:
+            with open(f"/proc/{pid}/autogroup", "w") as f:
+                f.write(str(nice))
+            changed += 1
+        except OSError:   # gone, or not ours
+            pass
+    return changed
 
 
 def _sample(pids: list[int]) -> dict[tuple[int, int], tuple[bool, int]]:
@@ -178,8 +225,10 @@ def run(cmd, guard_s: float, poll_s: float = 1.0, **kw) -> subprocess.CompletedP
                 pass
             now = time.monotonic()
             step = now - last
+            tree = _tree(proc.pid)
+            demote_autogroups(tree)
             if schedstat:
-                tasks = _sample(_tree(proc.pid))
+                tasks = _sample(tree)
                 cpu = sum(ns - cpu_seen.get(task, 0) for task, (_, ns) in tasks.items()) / 1e9
                 cpu_seen.update({task: ns for task, (_, ns) in tasks.items()})
                 if any(runnable for runnable, _ in tasks.values()):

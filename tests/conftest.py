@@ -10,6 +10,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any, Callable
 
 import pytest
 
@@ -74,6 +75,29 @@ def _make_deepcam_runs() -> tuple[Path, list[Path]]:
 def _remove_deepcam_runs(made: tuple[Path, list[Path]]) -> None:
     if not os.environ.get("HPCKIT_TEST_RUNS_CACHE"):
         shutil.rmtree(made[0], ignore_errors=True)
+
+
+def scratch_build(prefix: str, body: Callable[[Path], Any]) -> Callable[[], tuple[Path, Any]]:
+    """A background build that runs body(dir) in a directory of its own (a build has no
+    tmp_path) and returns (dir, what body returned); `remove_scratch` is its release."""
+    def build() -> tuple[Path, Any]:
+        tmp = Path(tempfile.mkdtemp(prefix=f"hpckit-{prefix}-"))
+        return tmp, body(tmp)
+    return build
+
+
+def remove_scratch(made: tuple[Path, Any]) -> None:
+    shutil.rmtree(made[0], ignore_errors=True)
+
+
+def background_fixture(jobs: dict, name: str, scope: str = "module"):
+    """The fixture `name` of a module's background build jobs[name] (tests/background.py):
+    its result, released after the last test that uses it. Assign it to a module attribute."""
+    @pytest.fixture(scope=scope, name=name)
+    def fixture():
+        yield background.result(name, *jobs[name])
+        background.release(name)
+    return fixture
 
 
 # this file's background builds (tests/background.py); a test module may add its own
@@ -168,15 +192,16 @@ def assert_published_event_order(kit_log: Path, published: Path, known_missing: 
 
 
 def run_reframe(tmp_path: Path, settings: str, *args, timeout=120, env=None, wrapper=()) -> tuple[int, str]:
-    """ReFrame from the repository root, everything it writes under tmp_path."""
+    """ReFrame from the repository root, everything it writes under tmp_path (in a background
+    build: niced, its jobs' autogroups too, and its hang guard not counting starved time)."""
     full_env = {k: v for k, v in os.environ.items() if not k.startswith("RFM_")}
     full_env.update(HOME=str(tmp_path / "home"), RFM_PREFIX=str(tmp_path / "rfm"),
                     RFM_REPORT_FILE=str(tmp_path / "report.json"), RFM_COLORIZE="n", TMPDIR=str(tmp_path))
     full_env.update(env or {})
     (tmp_path / "home").mkdir(parents=True, exist_ok=True)
     reframe = Path(sys.executable).parent / "reframe"
-    proc = subprocess.run([*wrapper, str(reframe), "-C", settings, "-c", "reframe_checks/", *args], cwd=REPO,
-                          env=full_env, capture_output=True, text=True, timeout=timeout)
+    proc = background.guarded([*wrapper, reframe, "-C", settings, "-c", "reframe_checks/", *args], timeout,
+                              cwd=REPO, env=full_env)
     return proc.returncode, proc.stdout + proc.stderr
 
 

@@ -8,6 +8,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -102,3 +103,24 @@ def test_run_returns_what_subprocess_run_returns():
     proc = background.run([sys.executable, "-c", "import sys; print('out'); print('err', file=sys.stderr); "
                                                  "sys.exit(3)"], 60)
     assert (proc.returncode, proc.stdout, proc.stderr) == (3, "out\n", "err\n")
+
+
+@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup") or
+                    Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1",
+                    reason="no autogroups on this kernel: nice ranks every process against every other")
+def test_a_new_session_in_a_command_gets_the_builds_nice():
+    """ReFrame's jobs start a session of their own, hence an autogroup of their own at nice 0,
+    which nice 19 inside it would not rank below the tests. run() gives it the build's nice;
+    the session's own autogroup (the tests') keeps its own."""
+    own = Path("/proc/self/autogroup").read_text()
+    code = ("import time\n"
+            "for _ in range(200):\n"
+            "    nice = int(open('/proc/self/autogroup').read().split()[2])\n"
+            "    if nice: break\n"
+            "    time.sleep(0.05)\n"
+            "print(open('/proc/self/autogroup').read().strip())\n")
+    proc = background.run(["setsid", "-w", sys.executable, "-c", code], 60, poll_s=0.2)
+    assert proc.returncode == 0, proc.stderr
+    name, _, nice = proc.stdout.split()
+    assert int(nice) == background.NICE and name != own.split()[0], proc.stdout
+    assert Path("/proc/self/autogroup").read_text() == own

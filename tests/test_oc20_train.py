@@ -17,7 +17,8 @@ import time
 
 import pytest
 
-from conftest import REPO, run_hpckit, run_reframe
+import background
+from conftest import REPO, background_fixture, remove_scratch, run_hpckit, run_reframe, scratch_build
 from hpckit.common.config import load_config
 
 pytestmark = pytest.mark.slow
@@ -141,10 +142,39 @@ def test_a_two_instance_campaign_converges(oc20_data, tmp_path):
         assert run_hpckit("check", out / f"instance_{i}" / "mlperf.log", "--ruleset", "mini").returncode == 0
 
 
-def test_learning_rate_zero_does_not_converge(oc20_data, tmp_path):
-    out = tmp_path / "out"
-    proc = run_hpckit(*train_args(oc20_data, out, "--set", "optimizer.lr=0", "--set",
-                                  f"train.n_epochs={SABOTAGE_EPOCHS}"))
+def _lr0(tmp):
+    run_hpckit("datagen", "oc20", "--config", "mini", "--out", tmp / "data", "--seed", "3", check=True)
+    with background.training():
+        return tmp / "out", run_hpckit(*train_args(tmp / "data", tmp / "out", "--threads", "1", "--set",
+                                                   "optimizer.lr=0", "--set", f"train.n_epochs={SABOTAGE_EPOCHS}"))
+
+
+def _reframe_sabotaged(sabotage: str):
+    overrides = f"train.n_epochs={SABOTAGE_EPOCHS}" + (",optimizer.lr=0" if sabotage == "lr-zero" else "")
+    args = ["-n", "OC20Check", "-r", "-S", f"OC20Check.overrides={overrides}",
+            *(["-S", "OC20Data.shuffle_labels=true"] if sabotage == "shuffled-forces" else [])]
+
+    def body(tmp):
+        with background.training():
+            return run_reframe(tmp, "site_profiles/local/settings.py", *args, timeout=900,
+                               env={"HPCKIT_OMP_NUM_THREADS": "1"})
+    return body
+
+
+# The sabotaged runs are background builds (tests/background.py): only their verdicts are
+# asserted, never their times, so they run at nice 19, one thread each, on the cores the other
+# tests leave idle; this file's tests run at the end of the session.
+BACKGROUND = {"oc20_lr0_run": (scratch_build("oc20-lr0", _lr0), remove_scratch),
+              "oc20_rfm_shuffled_forces": (scratch_build("rfm-oc20-shuffled", _reframe_sabotaged("shuffled-forces")),
+                                           remove_scratch),
+              "oc20_rfm_lr_zero": (scratch_build("rfm-oc20-lr0", _reframe_sabotaged("lr-zero")), remove_scratch)}
+oc20_lr0_run = background_fixture(BACKGROUND, "oc20_lr0_run")
+oc20_rfm_shuffled_forces = background_fixture(BACKGROUND, "oc20_rfm_shuffled_forces")
+oc20_rfm_lr_zero = background_fixture(BACKGROUND, "oc20_rfm_lr_zero")
+
+
+def test_learning_rate_zero_does_not_converge(oc20_lr0_run):
+    out, proc = oc20_lr0_run[1]
     assert proc.returncode == 3, proc.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
     assert s["converged"] is False and s["epochs"] == SABOTAGE_EPOCHS and s["final_eval_error"] > 3 * TARGET
@@ -172,18 +202,19 @@ def test_reference_size_sample_takes_one_step(tmp_path):
     assert verdict.returncode == 1 and verdict.stdout.startswith("NOT COMPLIANT"), verdict.stdout
 
 
-@pytest.mark.parametrize("sabotage", ["shuffled-forces", "lr-zero"])
-def test_the_reframe_check_fails_a_sabotaged_run(tmp_path, sabotage):
-    args = ["-n", "OC20Check", "-r", "-S", f"OC20Check.overrides=train.n_epochs={SABOTAGE_EPOCHS}"]
-    if sabotage == "shuffled-forces":
-        args += ["-S", "OC20Data.shuffle_labels=true"]
-    else:
-        args = ["-n", "OC20Check", "-r", "-S",
-                f"OC20Check.overrides=train.n_epochs={SABOTAGE_EPOCHS},optimizer.lr=0"]
-    rc, out = run_reframe(tmp_path, "site_profiles/local/settings.py", *args, timeout=900)
+def _reframe_fails(made) -> None:
+    rc, out = made[1]
     assert rc != 0, out[-3000:]
     assert "not converged: final eval_error" in out and f"after {SABOTAGE_EPOCHS} epochs" in out, out[-3000:]
     assert "[  FAILED  ]" in out
+
+
+def test_the_reframe_check_fails_a_run_with_shuffled_forces(oc20_rfm_shuffled_forces):
+    _reframe_fails(oc20_rfm_shuffled_forces)
+
+
+def test_the_reframe_check_fails_a_run_at_learning_rate_zero(oc20_rfm_lr_zero):
+    _reframe_fails(oc20_rfm_lr_zero)
 
 
 TINY = """base: mini

@@ -11,7 +11,8 @@ run here: 39.5 minutes for the step and 9 for the evaluation of one target on 2 
 13.7 GiB (hpckit.openfold.train's module docstring).
 
 SLOW: the mini run trains to its target (9 cycles, about 1.5-2 minutes on one idle core), the
-shuffled one as many cycles, the others a few steps; the file takes about 5 minutes.
+shuffled one as many cycles, the others a few steps; the file takes about 5 minutes. The two
+long trainings are background builds, made while the rest of the suite runs.
 """
 
 from __future__ import annotations
@@ -22,7 +23,8 @@ import json
 import pytest
 import torch
 
-from conftest import one_line, run_hpckit
+import background
+from conftest import background_fixture, one_line, remove_scratch, run_hpckit, scratch_build
 from hpckit.common.config import load_config
 from hpckit.openfold import model as M
 
@@ -64,20 +66,53 @@ def mllog(path):
             if ":::MLLOG " in line]
 
 
-@pytest.fixture(scope="module")
-def data(tmp_path_factory):
-    out = tmp_path_factory.mktemp("openfold") / "data"
-    run_hpckit("datagen", "openfold", "--config", "mini", "--out", out, check=True)
-    return out
+def _datagen(tmp, *args):
+    run_hpckit("datagen", "openfold", "--config", "mini", "--out", tmp / "data", *args, check=True)
+    return tmp / "data"
+
+
+def _mini_run(tmp):
+    """The mini config, one rank, staged: (its output directory, the finished command)."""
+    data = background.result("openfold_data", *BACKGROUND["openfold_data"])[1]
+    with background.training():
+        proc = run_hpckit("train", "openfold", "--data", data, "--config", "mini", "--output-dir", tmp / "out",
+                          "--stage-dir", tmp / "stage", "--seed", "1", *FAST)
+    return tmp / "out", proc
+
+
+def _shuffled_run(tmp):
+    """Structures shuffled, as many cycles as the healthy mini run needed: (its output directory,
+    the finished command, the healthy run's summary)."""
+    data = _datagen(tmp, "--shuffle-labels")
+    healthy_out, healthy_proc = background.result("openfold_mini_run", *BACKGROUND["openfold_mini_run"])[1]
+    assert healthy_proc.returncode == 0, healthy_proc.stderr[-3000:]
+    healthy = json.loads((healthy_out / "summary.json").read_text())
+    with background.training():
+        proc = run_hpckit("train", "openfold", "--data", data, "--config", "mini", "--output-dir", tmp / "out",
+                          "--seed", "1", *FAST,
+                          "--set", f"train.num_train_iters={healthy['epochs'] * MINI['train']['val_every_iters']}")
+    return tmp / "out", proc, healthy
+
+
+# The trainings of this file are background builds (tests/background.py): only their verdicts
+# and logs are asserted, never their times, so they run at nice 19 on the cores the other
+# tests leave idle, while those run; this file's tests run at the end of the session.
+BACKGROUND = {"openfold_data": (scratch_build("openfold-data", _datagen), remove_scratch),
+              "openfold_mini_run": (scratch_build("openfold-run", _mini_run), remove_scratch),
+              "openfold_shuffled_run": (scratch_build("openfold-shuffled", _shuffled_run), remove_scratch)}
+openfold_data = background_fixture(BACKGROUND, "openfold_data")
+openfold_mini_run = background_fixture(BACKGROUND, "openfold_mini_run")
+openfold_shuffled_run = background_fixture(BACKGROUND, "openfold_shuffled_run")
 
 
 @pytest.fixture(scope="module")
-def mini_run(data, tmp_path_factory):
-    """The mini config, one rank, staged: shared by the tests below."""
-    tmp = tmp_path_factory.mktemp("openfold-run")
-    out = tmp / "out"
-    proc = run_hpckit("train", "openfold", "--data", data, "--config", "mini", "--output-dir", out,
-                      "--stage-dir", tmp / "stage", "--seed", "1", *FAST)
+def data(openfold_data):
+    return openfold_data[1]
+
+
+@pytest.fixture(scope="module")
+def mini_run(openfold_mini_run):
+    out, proc = openfold_mini_run[1]
     assert proc.returncode == 0, proc.stderr[-3000:]
     return out, proc
 
@@ -122,26 +157,15 @@ def test_mini_run_converges_and_is_compliant(mini_run):
     assert official.returncode == 1 and official.stdout.startswith("NOT COMPLIANT"), official.stdout
 
 
-@pytest.fixture(scope="module")
-def shuffled_data(tmp_path_factory):
-    out = tmp_path_factory.mktemp("openfold-shuffled") / "data"
-    run_hpckit("datagen", "openfold", "--config", "mini", "--out", out, "--shuffle-labels", check=True)
-    return out
-
-
-def test_shuffled_structures_do_not_converge(mini_run, shuffled_data, tmp_path):
+def test_shuffled_structures_do_not_converge(openfold_shuffled_run):
     """Structures shuffled (datagen --shuffle-labels: each training chain's built from another
     sequence), the same seed and as many train/eval cycles as the healthy mini run above needed
     to reach the target (9 on this VM): below the target at every evaluation, exit 3, and the
     mini ruleset's check fails it. The whole 20-cycle schedule was measured by hand, seeds 1 and
     2 at least 0.041 below the target at every cycle (mini.yaml's comment); a learning rate of 0
     is reframe's test_openfold_learning_rate_zero_fails."""
-    healthy = json.loads((mini_run[0] / "summary.json").read_text())
+    out, proc, healthy = openfold_shuffled_run[1]
     cycles = healthy["epochs"]
-    out = tmp_path / "out"
-    proc = run_hpckit("train", "openfold", "--data", shuffled_data, "--config", "mini", "--output-dir", out,
-                      "--seed", "1", *FAST,
-                      "--set", f"train.num_train_iters={cycles * MINI['train']['val_every_iters']}")
     assert proc.returncode == 3, proc.stderr[-3000:]
     s = json.loads((out / "summary.json").read_text())
     assert s["converged"] is False and s["epochs"] == cycles and s["final_eval_accuracy"] < TARGET

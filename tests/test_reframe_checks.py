@@ -19,7 +19,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import run_reframe
+import background
+from conftest import background_fixture, remove_scratch, run_reframe, scratch_build
 from hpckit.common.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -186,15 +187,42 @@ def test_full_run_passes(full_run):
             assert records[check, fw, var] == (pytest.approx(value), unit, 'pass', ref), (check, fw, var)
 
 
+def _sabotaged(*args):
+    """A background build (tests/background.py): a sabotaged ReFrame run, in a training slot.
+    Only its verdict and its logs are asserted, never its times, so it can run at nice 19 on
+    the cores the other tests leave idle: (its directory, (exit code, output)). One thread
+    (the profiles pass HPCKIT_OMP_NUM_THREADS on), as a niced training uses an idle core and
+    must not wait at every barrier for a second one."""
+    def body(tmp):
+        with background.training():
+            return reframe(tmp, '-r', *args, timeout=TRAINING_TIMEOUT_S, env={'HPCKIT_OMP_NUM_THREADS': '1'})
+    return body
+
+
+BACKGROUND = {
+    'cosmoflow_shuffled_run': (scratch_build('rfm-cf-shuffled', _sabotaged(
+        '-n', 'CosmoFlowCheck%framework=pytorch', '-S', 'CosmoFlowData.shuffle_labels=true',
+        '-S', f'CosmoFlowCheck.overrides=train.n_epochs={SABOTAGE_EPOCHS}')), remove_scratch),
+    'deepcam_shuffled_run': (scratch_build('rfm-dc-shuffled', _sabotaged(
+        '-n', 'DeepCAMCheck', '-S', 'DeepCAMData.shuffle_labels=true',
+        '-S', f'DeepCAMCheck.overrides=train.n_epochs={SABOTAGE_EPOCHS}')), remove_scratch),
+    'openfold_lr0_run': (scratch_build('rfm-of-lr0', _sabotaged(
+        '-n', 'OpenFoldCheck', '-S', 'OpenFoldCheck.overrides=optimizer.base_lr=0,train.num_train_iters='
+        f"{OPENFOLD_SABOTAGE_CYCLES * load_config('openfold', 'mini')['train']['val_every_iters']}")),
+        remove_scratch),
+}
+cosmoflow_shuffled_run = background_fixture(BACKGROUND, 'cosmoflow_shuffled_run')
+deepcam_shuffled_run = background_fixture(BACKGROUND, 'deepcam_shuffled_run')
+openfold_lr0_run = background_fixture(BACKGROUND, 'openfold_lr0_run')
+
+
 @pytest.mark.slow
-def test_shuffled_labels_fail(tmp_path):
+def test_shuffled_labels_fail(cosmoflow_shuffled_run):
     """Sabotage: targets permuted across samples, so the training cannot converge.
     One variant (pytorch: its 3D convolutions cost least on every CPU kind), capped at
     SABOTAGE_EPOCHS, more than a healthy mini run needs (4-7); the final error must still be
     near the trivial predictor's 0.50, so the failure is the sabotage's, not the cap's."""
-    rc, out = reframe(tmp_path, '-r', '-n', 'CosmoFlowCheck%framework=pytorch',
-                      '-S', 'CosmoFlowData.shuffle_labels=true',
-                      '-S', f'CosmoFlowCheck.overrides=train.n_epochs={SABOTAGE_EPOCHS}', timeout=TRAINING_TIMEOUT_S)
+    _, (rc, out) = cosmoflow_shuffled_run
     assert rc != 0, out
     assert re.search(r'^\[\s+FAIL \] \(\d/2\) CosmoFlowCheck %framework=pytorch ',
                      out, re.M), out
@@ -205,11 +233,10 @@ def test_shuffled_labels_fail(tmp_path):
 
 
 @pytest.mark.slow
-def test_deepcam_shuffled_labels_fail(tmp_path):
+def test_deepcam_shuffled_labels_fail(deepcam_shuffled_run):
     """Sabotage: every file's label map belongs to another sample; the IoU target is out
     of reach and the check says so."""
-    rc, out = reframe(tmp_path, '-r', '-n', 'DeepCAMCheck', '-S', 'DeepCAMData.shuffle_labels=true',
-                      '-S', f'DeepCAMCheck.overrides=train.n_epochs={SABOTAGE_EPOCHS}', timeout=TRAINING_TIMEOUT_S)
+    _, (rc, out) = deepcam_shuffled_run
     assert rc != 0, out
     assert re.search(r'^\[\s+FAIL \] \(\d/2\) DeepCAMCheck %framework=pytorch ', out, re.M), out
     m = re.search(r'not converged: final eval_accuracy (\S+) < target \S+ after (\d+) epochs', out)
@@ -219,14 +246,11 @@ def test_deepcam_shuffled_labels_fail(tmp_path):
 
 
 @pytest.mark.slow
-def test_openfold_learning_rate_zero_fails(tmp_path):
+def test_openfold_learning_rate_zero_fails(openfold_lr0_run):
     """Sabotage, the cheapest OpenFold one: learning rate 0 for OPENFOLD_SABOTAGE_CYCLES train/eval
     cycles. A healthy mini run needs more, so the cap alone would fail it too: the accuracy must
     not move from cycle to cycle (nothing was learnt), so the FAIL is the learning rate's."""
-    iters = OPENFOLD_SABOTAGE_CYCLES * load_config('openfold', 'mini')['train']['val_every_iters']
-    rc, out = reframe(tmp_path, '-r', '-n', 'OpenFoldCheck',
-                      '-S', f'OpenFoldCheck.overrides=optimizer.base_lr=0,train.num_train_iters={iters}',
-                      timeout=TRAINING_TIMEOUT_S)
+    tmp_path, (rc, out) = openfold_lr0_run
     assert rc != 0, out
     assert re.search(r'^\[\s+FAIL \] \(\d/2\) OpenFoldCheck %framework=pytorch ', out, re.M), out
     assert re.search(rf'not converged: final eval_accuracy \S+ < target \S+ after {OPENFOLD_SABOTAGE_CYCLES} '
