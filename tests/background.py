@@ -38,6 +38,12 @@ poll interval of its start (/proc/<pid>/autogroup; a process may raise its own a
 nice). Containers are the exception nice cannot reach (a cgroup of their own): their
 builds run containers only briefly, and their trainings run in the foreground.
 
+A build is niced while nothing waits for it. Once a test waits for it (`result()`), the test's
+core would idle, and the build and whatever build it waits for in turn get nice 0 at the next
+poll: what the test would have got running the command itself, which matters under a competing
+load (`make stress`), where nice 19 would get almost nothing and trip wall-clock limits inside
+the command (ReFrame's time limit). Lowering a nice needs root; elsewhere it stays 19.
+
 Trainings in builds take a slot of `training()` (TRAINING_SLOTS at once): together they
 have only the cores the tests leave idle, and ten at once would hold ten models in memory
 to go no faster than two.
@@ -45,6 +51,7 @@ to go no faster than two.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -63,9 +70,30 @@ _jobs: dict[str, tuple[Future, Callable[[Any], None] | None]] = {}   # not relea
 _lock = threading.Lock()   # a build may start another (its prerequisite) from its thread
 
 
-def _niced(build: Callable[[], Any]) -> Any:
-    os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), NICE)
+_current = threading.local()   # .name: the build this thread runs
+_wanted: set[str] = set()       # builds a test waits for, and what they wait for in turn
+_waits_on: dict[str, str] = {}  # build -> the build it waits for now
+
+
+def _niced(name: str, build: Callable[[], Any]) -> Any:
+    _current.name = name
+    _renice([threading.get_native_id()], nice_now())
     return build()
+
+
+def nice_now() -> int:
+    """The nice a build's commands should have: NICE, or 0 once a test waits for the build.
+    A test that waits leaves its core idle; the build then gets what the test would have got
+    as a foreground command, against a competing load too (`make stress`), where at nice 19
+    it would get almost nothing. Lowering a nice needs root (CAP_SYS_NICE); elsewhere it stays."""
+    return 0 if getattr(_current, "name", None) in _wanted else NICE
+
+
+def _want(name: str) -> None:
+    with _lock:
+        while name is not None and name not in _wanted:
+            _wanted.add(name)
+            name = _waits_on.get(name)
 
 
 def start(name: str, build: Callable[[], Any], release: Callable[[Any], None] | None = None) -> None:
@@ -73,18 +101,37 @@ def start(name: str, build: Callable[[], Any], release: Callable[[Any], None] | 
     with _lock:
         if name in _jobs:
             return
-        _jobs[name] = (_pool.submit(_niced, build), release)
+        _jobs[name] = (_pool.submit(_niced, name, build), release)
 
 
 def result(name: str, build: Callable[[], Any] | None = None,
            release: Callable[[Any], None] | None = None) -> Any:
     """The build's value (waiting for it), or its exception raised here. With `build`, a
-    build not started yet (one that another build needs first) starts now."""
+    build not started yet (one that another build needs first) starts now. A test that
+    waits, or a build a test waits for, raises the build's priority (nice_now)."""
     if build is not None:
         start(name, build, release)
     elif name not in _jobs:
         raise KeyError(f"no background build {name!r}")
-    return _jobs[name][0].result()
+    future = _jobs[name][0]
+    if not future.done():
+        waiter = getattr(_current, "name", None)
+        if waiter is None or waiter in _wanted:
+            _want(name)
+        else:
+            with _lock:
+                _waits_on[waiter] = name
+                if waiter in _wanted:   # wanted meanwhile
+                    _wanted.add(name)
+    try:
+        return future.result()
+    finally:
+        _waits_on.pop(getattr(_current, "name", None), None)
+
+
+def done(name: str) -> bool:
+    """Whether the build has ended (without waiting for it, so without raising its priority)."""
+    return _jobs[name][0].done()
 
 
 def release(name: str) -> None:
@@ -105,9 +152,18 @@ def release_all() -> None:
     _pool.shutdown(wait=True)
 
 
+@contextlib.contextmanager
 def training():
-    """`with background.training(): ...` around a build's training (see the module doc)."""
-    return _training
+    """`with background.training(): ...` around a build's training (see the module doc). A
+    build a test waits for does not queue: it goes ahead without a slot."""
+    held = False
+    while not held and nice_now() != 0:
+        held = _training.acquire(timeout=0.5)
+    try:
+        yield
+    finally:
+        if held:
+            _training.release()
 
 
 def in_build() -> bool:
@@ -161,21 +217,37 @@ def _autogroup(pid: int | str) -> tuple[str, int] | None:
         return None
 
 
-def demote_autogroups(pids: list[int], nice: int = NICE) -> int:
+def set_autogroups(pids: list[int], nice: int = NICE) -> int:
     """Give every autogroup of `pids` other than this process's own the nice `nice`; the count
     changed. Our own is left alone: it holds the tests."""
     own, changed = _autogroup("self"), 0
     for pid in pids:
         group = _autogroup(pid)
-        if group is None or group[1] >= nice or (own is not None and group[0] == own[0]):
+        if group is None or group[1] == nice or (own is not None and group[0] == own[0]):
             continue
         try:
             with open(f"/proc/{pid}/autogroup", "w") as f:
                 f.write(str(nice))
             changed += 1
-        except OSError:   # gone, or not ours
+        except OSError:   # gone, not ours, or a lower nice without CAP_SYS_NICE
             pass
     return changed
+
+
+def _renice(tids, nice: int) -> None:
+    """setpriority per thread (nice is a thread's attribute on Linux)."""
+    for tid in tids:
+        try:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        except OSError:   # gone, or a lower nice without CAP_SYS_NICE
+            pass
+
+
+def _listdir(path: str) -> list[str]:
+    try:
+        return os.listdir(path)
+    except OSError:
+        return []
 
 
 def _sample(pids: list[int]) -> dict[tuple[int, int], tuple[bool, int]]:
@@ -207,15 +279,20 @@ def run(cmd, guard_s: float, poll_s: float = 1.0, **kw) -> subprocess.CompletedP
     process group is killed and subprocess.TimeoutExpired raised, saying how long it ran.
     (The run-queue delay in schedstat would not do: the kernel adds it only when a waiting
     task gets the CPU, seconds late.) Without schedstat (a kernel without CONFIG_SCHED_INFO)
-    every second counts."""
+    every second counts. In a build, each poll also gives the command's processes and their
+    autogroups the build's nice (nice_now); outside one, run() changes no priority."""
     cmd = [str(c) for c in cmd]
     schedstat = os.path.exists("/proc/self/schedstat")
+    building = in_build()   # outside a build, run() changes no priority
+    if building:   # the command starts at the build's nice as it is now
+        _renice([threading.get_native_id()], nice_now())
     with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
         # its own process group (to kill it whole), not its own session: with autogroup
         # scheduling a new session is a new group that nice no longer ranks below the tests
         proc = subprocess.Popen(cmd, stdout=out, stderr=err, process_group=0, **kw)
         start = last = time.monotonic()
         counted = 0.0
+        applied = os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) if building else None
         cpu_seen: dict[tuple[int, int], int] = {}
         while True:
             try:
@@ -226,7 +303,13 @@ def run(cmd, guard_s: float, poll_s: float = 1.0, **kw) -> subprocess.CompletedP
             now = time.monotonic()
             step = now - last
             tree = _tree(proc.pid)
-            demote_autogroups(tree)
+            if building:
+                nice = nice_now()
+                if nice != applied:   # a test now waits for this build
+                    _renice([threading.get_native_id(),
+                             *(int(t) for pid in tree for t in _listdir(f"/proc/{pid}/task"))], nice)
+                    applied = nice
+                set_autogroups(tree, nice)
             if schedstat:
                 tasks = _sample(tree)
                 cpu = sum(ns - cpu_seen.get(task, 0) for task, (_, ns) in tasks.items()) / 1e9

@@ -105,10 +105,19 @@ def test_run_returns_what_subprocess_run_returns():
     assert (proc.returncode, proc.stdout, proc.stderr) == (3, "out\n", "err\n")
 
 
-@pytest.mark.skipif(not os.path.exists("/proc/self/autogroup") or
-                    Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() != "1",
-                    reason="no autogroups on this kernel: nice ranks every process against every other")
-def test_a_new_session_in_a_command_gets_the_builds_nice():
+AUTOGROUPS = os.path.exists("/proc/self/autogroup") and \
+    Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
+
+
+def _wait_done(name: str, timeout: float = 60) -> None:
+    """Wait for a build without raising its priority, as the session's other tests do."""
+    deadline = time.monotonic() + timeout
+    while not background.done(name) and time.monotonic() < deadline:
+        time.sleep(0.1)
+
+
+@pytest.mark.skipif(not AUTOGROUPS, reason="no autogroups on this kernel: nice ranks every process against every other")
+def test_a_new_session_in_a_builds_command_gets_the_builds_nice():
     """ReFrame's jobs start a session of their own, hence an autogroup of their own at nice 0,
     which nice 19 inside it would not rank below the tests. run() gives it the build's nice;
     the session's own autogroup (the tests') keeps its own."""
@@ -119,8 +128,83 @@ def test_a_new_session_in_a_command_gets_the_builds_nice():
             "    if nice: break\n"
             "    time.sleep(0.05)\n"
             "print(open('/proc/self/autogroup').read().strip())\n")
-    proc = background.run(["setsid", "-w", sys.executable, "-c", code], 60, poll_s=0.2)
+    background.start("test-session", lambda: background.run(["setsid", "-w", sys.executable, "-c", code], 60,
+                                                            poll_s=0.2))
+    _wait_done("test-session")
+    proc = background.result("test-session")
+    background.release("test-session")
     assert proc.returncode == 0, proc.stderr
     name, _, nice = proc.stdout.split()
     assert int(nice) == background.NICE and name != own.split()[0], proc.stdout
     assert Path("/proc/self/autogroup").read_text() == own
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lowering a nice needs root (CAP_SYS_NICE)")
+def test_a_build_a_test_waits_for_gets_nice_0_and_so_does_its_prerequisite():
+    """A niced build's command, and the build it waits for in turn, run at nice 19 until a test
+    waits for the first: then both at 0, as the test itself would have run them."""
+    code = ("import os, sys, time\n"
+            "seen = [os.getpriority(os.PRIO_PROCESS, 0)]\n"
+            "open(sys.argv[1], 'w').close()\n"
+            "for _ in range(400):\n"
+            "    if os.getpriority(os.PRIO_PROCESS, 0) != seen[-1]: seen.append(os.getpriority(os.PRIO_PROCESS, 0))\n"
+            "    if seen[-1] == 0: break\n"
+            "    time.sleep(0.05)\n"
+            "print(*seen)\n")
+    started = [Path(f"/tmp/hpckit-test-wanted-{os.getpid()}-{i}") for i in range(2)]
+
+    def prerequisite():
+        return background.run([sys.executable, "-c", code, started[0]], 60, poll_s=0.2)
+
+    def build():
+        first = background.result("test-prerequisite", prerequisite)
+        return first, background.run([sys.executable, "-c", code, started[1]], 60, poll_s=0.2)
+
+    try:
+        background.start("test-wanted", build)
+        deadline = time.monotonic() + 30
+        while not started[0].exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(0.5)   # the prerequisite's command has seen nice 19 for a while
+        first, second = background.result("test-wanted")
+    finally:
+        background.release("test-wanted")
+        background.release("test-prerequisite")
+        for path in started:
+            path.unlink(missing_ok=True)
+    assert (first.returncode, first.stdout.split()) == (0, [str(background.NICE), "0"]), first
+    assert (second.returncode, second.stdout.split()) == (0, ["0"]), second
+
+
+def test_two_trainings_at_a_time_but_a_build_a_test_waits_for_does_not_queue():
+    release = threading.Event()
+    inside = []
+
+    def holder(i):
+        def build():
+            with background.training():
+                inside.append(i)
+                release.wait(30)
+        return build
+
+    for i in range(background.TRAINING_SLOTS + 1):
+        background.start(f"test-slot-{i}", holder(i))
+    try:
+        deadline = time.monotonic() + 10
+        while len(inside) < background.TRAINING_SLOTS and time.monotonic() < deadline:
+            time.sleep(0.05)
+        time.sleep(1)
+        assert len(inside) == background.TRAINING_SLOTS, inside   # the last one queues
+        last = next(i for i in range(background.TRAINING_SLOTS + 1) if i not in inside)
+        waiter = threading.Thread(target=background.result, args=(f"test-slot-{last}",))
+        waiter.start()   # a test waits for it: it goes ahead while the others still hold their slots
+        deadline = time.monotonic() + 10
+        while last not in inside and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert last in inside
+    finally:
+        release.set()
+        for i in range(background.TRAINING_SLOTS + 1):
+            background.result(f"test-slot-{i}")
+            background.release(f"test-slot-{i}")
+    waiter.join(10)
