@@ -17,13 +17,19 @@ run first: the whole path from files):
             synthetic samples, 16 distinct hard-linked to 128 names, page cache warm; CosmoFlow
             staged with data.stage_decode; data.loader_workers auto), step-limited to 4 epochs:
             DeepCAM fp16 at local batch 8 and 1 and fp32 at 2 (the reference's), CosmoFlow fp16
-            and fp32 at 1, OpenCatalyst fp32 at 8. Per run: the sustained training samples/s
-            (median epoch after the first: what a full-size run's long epochs see), the first
-            epoch's seconds (cuDNN autotuning, the CUDA graph's capture, the first reads), the
-            rate per epoch with evaluation, the input wait and GPU busy shares and the GPU's
-            energy from the run's summary.json, and the step's rate inside the run after the
-            first epoch (the sustained rate over those epochs' GPU busy share, CUDA events).
-            About 4 minutes on an H100, the step part 2 more.
+            and fp32 at 1, OpenCatalyst fp32 at 8; last, OpenFold fp32 (its only precision) at
+            local batch 1 (the reference's), which has no epochs: 4 train/eval cycles of 4 steps
+            (one period of its recycling draws each) on one datagen chain cropped to 256, each
+            followed by the evaluation of one 495-residue validation target (OPENFOLD_E2E_LIMIT_S
+            bounds it). Per run: the sustained training samples/s (median epoch after the first:
+            what a full-size run's long epochs see; OpenFold: the median cycle's training after
+            the first), the first epoch's seconds (cuDNN autotuning, the CUDA graph's capture,
+            the first reads), the rate per epoch with evaluation, the input wait and GPU busy
+            shares and the GPU's energy from the run's summary.json, and the step's rate inside
+            the run after the first epoch (the sustained rate over those epochs' GPU busy share,
+            CUDA events).
+            About 4 minutes on an H100 without OpenFold's run (likely 1.5-3 more, not yet timed
+            on a GPU), the step part 2 more.
   step      one full-size training step of the kit (the trainers' own train_epoch on
             batches already on the GPU: no data loading), at the precisions and local batches
             of the e2e runs, and DeepCAM fp32 at local batch 2 beside the reference's step
@@ -35,7 +41,7 @@ run first: the whole path from files):
             parameters) in fp32 (its only precision) at local batch 1, on one datagen chain
             made by its train.py pipeline and cut per step by its recycling schedule (0-3
             recycling iterations, each once in 4 steps): one period of warm-up, the mean step
-            of 2 timed periods (no e2e run, no target; not yet timed on a GPU: bounded by
+            of 2 timed periods (the e2e run's target's step; not yet timed on a GPU: bounded by
             OPENFOLD_STEP_BUDGET_S and OPENFOLD_STEP_LIMIT_S).
   mini      the mini trainings on the GPU (CosmoFlow and DeepCAM, --deterministic twice and
             without): converged, epochs, the official checker's verdict, and whether the
@@ -86,10 +92,29 @@ NVIDIA_H100 = {("deepcam", 1): 30.0, ("deepcam", 8): 82.0, ("cosmoflow", 1): 206
 # with evaluation: NVIDIA's v3.0 eos logs, per GPU (../shared/reference/nvidia-v3-gpu-facts.md)
 NVIDIA_H100_E2E = {("deepcam", 1): 27.3, ("deepcam", 8): 71.2, ("cosmoflow", 1): 185.0}
 # the e2e runs: (benchmark, local batch, precision, extra --set); the step part measures the same
-E2E_RUNS = (("deepcam", 8, "fp16", []), ("deepcam", 1, "fp16", []), ("cosmoflow", 1, "fp16", ["data.stage_decode=true"]),
-            ("deepcam", 2, "fp32", []), ("cosmoflow", 1, "fp32", ["data.stage_decode=true"]), ("oc20", 8, "fp32", []))
 E2E_EPOCHS = 4
-# the step part's benchmarks, in order: OpenFold last (only its step: no e2e run, no target)
+# OpenFold has no epochs: E2E_EPOCHS train/eval cycles of val_every_iters steps, each cycle one
+# period of its recycling draws (0-3 recycling iterations, each once in 4 steps at the reference,
+# 0-1 in 2 at mini: transforms.RecyclingSchedule), so that every cycle trains what the step
+# part's timed periods do; num_train_iters is the whole run (no train.n_epochs, no max_steps)
+OPENFOLD_E2E_CYCLE = {"reference": 4, "mini": 2}
+
+
+def openfold_e2e_sets(config: str) -> list[str]:
+    k = OPENFOLD_E2E_CYCLE[config]
+    return [f"train.val_every_iters={k}", f"train.num_train_iters={E2E_EPOCHS * k}"]
+
+
+# OpenFold's e2e run last: the least needed figure and the longest run. Not timed on a GPU yet;
+# expected on an H100: 16 steps of 1-3 s (the reference-size step, 0-3 recycling iterations),
+# 4 evaluations of its one 495-residue validation target (every recycling iteration, the whole
+# chain: several seconds to about 15 s each), the 93M-parameter model's init and the loader's
+# workers: about 1.5-3 minutes. Killed after OPENFOLD_E2E_LIMIT_S (its row an ERROR, no figure).
+OPENFOLD_E2E_LIMIT_S = 300
+E2E_RUNS = (("deepcam", 8, "fp16", []), ("deepcam", 1, "fp16", []), ("cosmoflow", 1, "fp16", ["data.stage_decode=true"]),
+            ("deepcam", 2, "fp32", []), ("cosmoflow", 1, "fp32", ["data.stage_decode=true"]), ("oc20", 8, "fp32", []),
+            ("openfold", 1, "fp32", openfold_e2e_sets("reference")))
+# the step part's benchmarks, in order: OpenFold last (its step beside its e2e run: the target)
 STEP_BENCHMARKS = ("deepcam", "cosmoflow", "oc20", "openfold")
 # OpenFold's step at the reference's size is not timed on a GPU yet (on 2 CPU cores one step
 # with 3 recycling iterations took 2,369 s, openfold/train.py), so its time is bounded twice:
@@ -148,6 +173,31 @@ def summary(out: Path) -> dict:
         return json.loads((out / "summary.json").read_text())
     except (OSError, ValueError):
         return {}
+
+
+def cycle_figures(log: Path) -> tuple[float | None, float | None, float | None]:
+    """A log whose epochs are train/eval cycles (OpenFold: epoch_num is the training samples
+    seen by the cycle's end, epoch_stop before the evaluation): the median training rate of the
+    cycles after the first (the first's alone if there is one), the first cycle's training
+    seconds, and the median cycle's training samples. hpckit.results.analysis.run_facts makes
+    no epoch figure of such a log (its epoch_times are empty, steady_throughput None)."""
+    from hpckit.results.logs import _records
+    starts, cycles, seen = {}, [], 0
+    for rec in _records(log):
+        n, t = (rec.get("metadata") or {}).get("epoch_num"), rec.get("time_ms")
+        if not isinstance(n, (int, float)) or not isinstance(t, (int, float)):
+            continue
+        if rec.get("key") == "epoch_start":
+            starts[n] = t
+        elif rec.get("key") == "epoch_stop" and n in starts:   # (samples this cycle, its training seconds)
+            cycles.append((n - seen, (t - starts[n]) / 1000.0))
+            seen = n
+    if not cycles:
+        return None, None, None
+    later = cycles[1:] or cycles
+    rates = [samples / s for samples, s in later if s > 0]
+    return (statistics.median(rates) if rates else None, cycles[0][1],
+            statistics.median(samples for samples, _ in later))
 
 
 # ---------------------------------------------------------------- part: step (child process)
@@ -437,12 +487,18 @@ class Check:
     # -- data
     def dataset(self, bench: str, size: str) -> Path:
         """mini datasets as `hpckit datagen --config mini`; full ones: a few distinct full-size
-        samples hard-linked to enough names for a few hundred steps."""
+        samples hard-linked to enough names for a few hundred steps. OpenFold at either size:
+        one training chain and one validation target (its e2e run's data set: the sampler draws
+        every step's sample from the training chains there are, each with its own seed; its
+        layout is shards behind one index, nothing to hard-link)."""
         key = f"{bench}-{size}"
         if key in self.datasets:
             return self.datasets[key]
         root = self.work / "data" / key
-        if size == "mini":
+        if bench == "openfold":
+            proc = run(hpckit("datagen", bench, "--out", root, "--config", "mini" if size == "mini" else "reference",
+                              "--train", 1, "--valid", 1), self.work / f"datagen-{key}.log", 600)
+        elif size == "mini":
             proc = run(hpckit("datagen", bench, "--out", root, "--config", "mini"), self.work / f"datagen-{key}.log", 600)
         elif bench == "oc20":   # structures are small: as many distinct ones as the runs read
             proc = run(hpckit("datagen", bench, "--out", root, "--config", "reference", "--train", 256, "--valid", 16),
@@ -469,8 +525,8 @@ class Check:
     def part_e2e(self) -> None:
         from hpckit.results.analysis import run_facts
         from hpckit.results.logs import _records
-        runs = [("cosmoflow", 1, "fp32", ["data.stage_decode=true"]), ("deepcam", 2, "fp32", [])] if self.dry \
-            else E2E_RUNS
+        runs = [("cosmoflow", 1, "fp32", ["data.stage_decode=true"]), ("deepcam", 2, "fp32", []),
+                ("openfold", 1, "fp32", openfold_e2e_sets("mini"))] if self.dry else E2E_RUNS
         for bench, batch, prec, extra in runs:
             label = f"{bench} {prec} b{batch} from files"
             name = f"e2e-{bench}-{prec}-b{batch}"
@@ -480,16 +536,23 @@ class Check:
             except RuntimeError as e:
                 self.row("e2e", label, "ERROR", str(e))
                 continue
-            n_train, n_valid = (8, 4) if self.dry else (256, 16) if bench == "oc20" else (128, 8)
-            steps = E2E_EPOCHS * (n_train // batch)
+            if bench == "openfold":   # the data set's chains (dataset()); its cycles are in `extra`
+                n_train, n_valid, limits = 1, 1, []
+            else:
+                n_train, n_valid = (8, 4) if self.dry else (256, 16) if bench == "oc20" else (128, 8)
+                limits = [f"train.max_steps={E2E_EPOCHS * (n_train // batch)}", "train.n_epochs=1000"]
             sets = [*extra, f"data.batch_size={batch}", f"data.n_train={n_train}", f"data.n_valid={n_valid}",
-                    f"train.max_steps={steps}", "train.n_epochs=1000", f"train.precision={prec}"]
+                    *limits, f"train.precision={prec}"]
             cmd = hpckit("train", bench, "--data", data, "--config", "mini" if self.dry else "reference",
                          "--output-dir", out, "--seed", 1, "--device", self.device(),
                          *(["--framework", "pytorch"] if bench == "cosmoflow" else []),
                          *(["--stage-dir", self.work / f"stage-{name}"] if bench == "cosmoflow" else []),
+                         # OpenFold's mini model on the CPU: one thread, as its step case (above: 2 threads
+                         # beside other tests took 1.9 s a step on the 2-core VM, one thread 75 ms)
+                         *(["--threads", 1] if self.dry and bench == "openfold" else []),
                          *(x for s in sets for x in ("--set", s)))
-            proc = run(cmd, self.work / f"{name}.log", timeout=900)
+            proc = run(cmd, self.work / f"{name}.log",
+                       timeout=OPENFOLD_E2E_LIMIT_S if bench == "openfold" and not self.dry else 900)
             s = summary(out)
             if proc.returncode not in (0, 3) or not s.get("train_samples_per_s"):
                 self.row("e2e", label, "ERROR", tail(self.work / f"{name}.log"))
@@ -501,9 +564,14 @@ class Check:
                 continue
             u, cores = s.get("usage") or {}, s.get("cores") or {}
             later = f.cycles_s[1:-1] or f.cycles_s[1:]   # epoch start to the next: training, evaluation, the rest
-            r = {"sustained": f.steady_throughput, "first_epoch_s": f.epoch_times[0] if f.epoch_times else None,
-                 "whole": s["train_samples_per_s"], "with_eval": f.train_samples / statistics.median(later)
-                 if later and f.train_samples else None, "input_wait": u.get("input_wait_share"),
+            if f.no_epochs:   # OpenFold: run_facts makes no epoch figure of its cycles; the log's own
+                sustained, first_s, per_cycle = cycle_figures(out / "mlperf.log")
+            else:
+                sustained, first_s, per_cycle = (f.steady_throughput, f.epoch_times[0] if f.epoch_times else None,
+                                                 f.train_samples)
+            r = {"sustained": sustained, "first_epoch_s": first_s,
+                 "whole": s["train_samples_per_s"], "with_eval": per_cycle / statistics.median(later)
+                 if later and per_cycle else None, "input_wait": u.get("input_wait_share"),
                  "gpu_busy": u.get("gpu_busy_share"), "gpu_energy_j": u.get("gpu_energy_j"),
                  "gpu_power_w": u.get("gpu_power_w"), "workers": cores.get("loader_workers"),
                  "staging_s": s.get("staging_s"), "epochs": s.get("epochs")}
@@ -511,21 +579,22 @@ class Check:
             # the samples over the steps' GPU time, i.e. the sustained rate over the epochs'
             # GPU busy share (hpckit_epoch_usage); the first epoch's autotuning and capture
             # keep the GPU busy with other work than the steps
+            # (after the first record: OpenFold's epoch_num counts samples, the others' epochs from 1)
             busy = [rec["value"].get("gpu_busy_share") for rec in _records(out / "mlperf.log")
-                    if rec.get("key") == "hpckit_epoch_usage" and isinstance(rec.get("value"), dict)
-                    and (rec.get("metadata") or {}).get("epoch_num", 1) > 1]
+                    if rec.get("key") == "hpckit_epoch_usage" and isinstance(rec.get("value"), dict)][1:]
             busy = [b for b in busy if isinstance(b, (int, float)) and b > 0]
             if busy and r["sustained"]:
                 r["gpu_busy_sustained"] = statistics.median(busy)
                 r["step_in_run"] = r["sustained"] / r["gpu_busy_sustained"]
             self.e2e[(bench, prec, batch)] = r
             fmt = lambda v, spec: "n/a" if v is None else format(v, spec)   # noqa: E731
+            epoch = "cycle" if f.no_epochs else "epoch"   # OpenFold's train/eval cycles (summary.json's epochs)
             self.row("e2e", label, "ok",
-                     f"{fmt(r['sustained'], '.1f')} samples/s sustained (median of epochs 2-{r['epochs']}), "
-                     f"{fmt(r['with_eval'], '.1f')} with evaluation, first epoch {fmt(r['first_epoch_s'], '.1f')} s, "
+                     f"{fmt(r['sustained'], '.1f')} samples/s sustained (median of {epoch}s 2-{r['epochs']}), "
+                     f"{fmt(r['with_eval'], '.1f')} with evaluation, first {epoch} {fmt(r['first_epoch_s'], '.1f')} s, "
                      f"whole run {r['whole']:.1f}; input wait {fmt(r['input_wait'], '.2f')}, GPU busy "
                      f"{fmt(r['gpu_busy'], '.2f')}"
-                     + (f" ({r['gpu_busy_sustained']:.2f} after the first epoch: the step in the run "
+                     + (f" ({r['gpu_busy_sustained']:.2f} after the first {epoch}: the step in the run "
                         f"{r['step_in_run']:.1f} samples/s)" if r.get("step_in_run") else "")
                      + f", {r['workers']} loader workers, staging {r['staging_s'] or 0:.1f} s"
                      + (f", GPU {r['gpu_energy_j'] / 1e3:.1f} kJ at {r['gpu_power_w']:.0f} W" if r["gpu_energy_j"]

@@ -273,10 +273,11 @@ def test_feed_rate_bad_argument_is_one_line(args, named):
 
 def test_gpu_check_dry_runs_every_part(tmp_path):
     """`make gpu-check DRY=1`: every part of the GPU check (the step, OpenFold's last, from
-    files, the mini trainings deterministic twice, torchrun, the ReFrame checks as --dry-run,
-    OpenFold's among them) on the CPU at tiny sizes, so that the command a lent GPU runs does
-    not rot; no figure is judged. GPU_WORKDIR: it works in a new directory inside the one
-    named and removes only that; GPU_OUT: the table it writes is new files (issue 41)."""
+    files, OpenFold's last too, the mini trainings deterministic twice, torchrun, the ReFrame
+    checks as --dry-run, OpenFold's among them) on the CPU at tiny sizes, so that the command a
+    lent GPU runs does not rot; no figure is judged. GPU_WORKDIR: it works in a new directory
+    inside the one named and removes only that; GPU_OUT: the table it writes is new files
+    (issue 41)."""
     work, out = tmp_path / "mine", tmp_path / "out"
     work.mkdir()
     (work / "keep.txt").write_text("the user's")
@@ -311,6 +312,13 @@ def test_gpu_check_dry_runs_every_part(tmp_path):
         assert re.search(rf"e2e +{case} from files +ok +{NUMBER} samples/s sustained \(median of epochs 2-4\), "
                          rf"{NUMBER} with evaluation, first epoch {NUMBER} s, whole run {NUMBER}; input wait {NUMBER}, "
                          r"GPU busy n/a", text), text
+    # OpenFold's, last: no epochs, 4 train/eval cycles (its log's own figures: run_facts makes none)
+    assert re.search(rf"e2e +openfold fp32 b1 from files +ok +{NUMBER} samples/s sustained \(median of cycles 2-4\), "
+                     rf"{NUMBER} with evaluation, first cycle {NUMBER} s, whole run {NUMBER}; input wait {NUMBER}, "
+                     r"GPU busy n/a", text), text
+    e2e = [r[1] for r in rows if r[0] == "e2e"]
+    assert e2e[-1] == "openfold fp32 b1 from files" and len(e2e) == 3, e2e
+    assert [r["benchmark"] for r in json.loads((out / "gpu_check.json").read_text())["e2e"]][-1] == "openfold"
 
 
 def test_gpu_check_refuses_what_it_would_overwrite(tmp_path):
