@@ -65,7 +65,6 @@ NICE = 19
 TRAINING_SLOTS = 2
 # a thread per build (made when a build starts): a build may wait for another's result
 _pool = ThreadPoolExecutor(max_workers=24, thread_name_prefix="background")
-_training = threading.BoundedSemaphore(TRAINING_SLOTS)
 _jobs: dict[str, tuple[Future, Callable[[Any], None] | None]] = {}   # not released yet
 _lock = threading.Lock()   # a build may start another (its prerequisite) from its thread
 
@@ -152,18 +151,31 @@ def release_all() -> None:
     _pool.shutdown(wait=True)
 
 
-@contextlib.contextmanager
+class Slots:
+    """At most `n` holders at once, except a build a test waits for: it does not queue."""
+
+    def __init__(self, n: int):
+        self.n, self._sem = n, threading.BoundedSemaphore(n)
+
+    @contextlib.contextmanager
+    def hold(self):
+        held = False
+        while not held and nice_now() != 0:
+            held = self._sem.acquire(timeout=0.5)
+        try:
+            yield
+        finally:
+            if held:
+                self._sem.release()
+
+
+_training = Slots(TRAINING_SLOTS)
+
+
 def training():
     """`with background.training(): ...` around a build's training (see the module doc). A
     build a test waits for does not queue: it goes ahead without a slot."""
-    held = False
-    while not held and nice_now() != 0:
-        held = _training.acquire(timeout=0.5)
-    try:
-        yield
-    finally:
-        if held:
-            _training.release()
+    return _training.hold()
 
 
 def in_build() -> bool:

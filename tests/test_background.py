@@ -177,12 +177,14 @@ def test_a_build_a_test_waits_for_gets_nice_0_and_so_does_its_prerequisite():
 
 
 def test_two_trainings_at_a_time_but_a_build_a_test_waits_for_does_not_queue():
+    """background.training()'s Slots, a set of its own (the session's builds hold the shared one)."""
     release = threading.Event()
     inside = []
+    slots = background.Slots(background.TRAINING_SLOTS)
 
     def holder(i):
         def build():
-            with background.training():
+            with slots.hold():
                 inside.append(i)
                 release.wait(30)
         return build
