@@ -266,9 +266,14 @@ def test_cpu_wait_measures_a_core_shared_with_another_job():
     half the time, and the CPU wait says so (summary.json's usage.cpu_wait_share, the
     ReFrame variable cpu_wait). The spinner is not a descendant of the measured process."""
     cpu = min(os.sched_getaffinity(0))
-    spinner = subprocess.Popen([sys.executable, "-c", "import os\nos.sched_setaffinity(0, {%d})\nwhile True:\n    pass" % cpu],
-                               start_new_session=True)
+    # the measurement starts once the spinner spins on the core: on a busy machine (the session's
+    # background builds) an interpreter's start can take longer than the 1.5 s measured, and a
+    # spinner not spinning yet made the share 0.23 in one CI-style run
+    spinner = subprocess.Popen([sys.executable, "-c", "import os\nos.sched_setaffinity(0, {%d})\nprint('spinning', "
+                                "flush=True)\nwhile True:\n    pass" % cpu],
+                               start_new_session=True, stdout=subprocess.PIPE, text=True)
     try:
+        assert spinner.stdout.readline() == "spinning\n"
         proc = subprocess.run([sys.executable, "-c", MEASURE, str(cpu)], capture_output=True, text=True, timeout=120)
     finally:
         spinner.kill()
