@@ -175,31 +175,6 @@ def summary(out: Path) -> dict:
         return {}
 
 
-def cycle_figures(log: Path) -> tuple[float | None, float | None, float | None]:
-    """A log whose epochs are train/eval cycles (OpenFold: epoch_num is the training samples
-    seen by the cycle's end, epoch_stop before the evaluation): the median training rate of the
-    cycles after the first (the first's alone if there is one), the first cycle's training
-    seconds, and the median cycle's training samples. hpckit.results.analysis.run_facts makes
-    no epoch figure of such a log (its epoch_times are empty, steady_throughput None)."""
-    from hpckit.results.logs import _records
-    starts, cycles, seen = {}, [], 0
-    for rec in _records(log):
-        n, t = (rec.get("metadata") or {}).get("epoch_num"), rec.get("time_ms")
-        if not isinstance(n, (int, float)) or not isinstance(t, (int, float)):
-            continue
-        if rec.get("key") == "epoch_start":
-            starts[n] = t
-        elif rec.get("key") == "epoch_stop" and n in starts:   # (samples this cycle, its training seconds)
-            cycles.append((n - seen, (t - starts[n]) / 1000.0))
-            seen = n
-    if not cycles:
-        return None, None, None
-    later = cycles[1:] or cycles
-    rates = [samples / s for samples, s in later if s > 0]
-    return (statistics.median(rates) if rates else None, cycles[0][1],
-            statistics.median(samples for samples, _ in later))
-
-
 # ---------------------------------------------------------------- part: step (child process)
 
 def step_cases(bench: str, dry: bool, reference: str | None, everything: bool = False) -> list[tuple[str, str, int, list[str]]]:
@@ -564,8 +539,11 @@ class Check:
                 continue
             u, cores = s.get("usage") or {}, s.get("cores") or {}
             later = f.cycles_s[1:-1] or f.cycles_s[1:]   # epoch start to the next: training, evaluation, the rest
-            if f.no_epochs:   # OpenFold: run_facts makes no epoch figure of its cycles; the log's own
-                sustained, first_s, per_cycle = cycle_figures(out / "mlperf.log")
+            if f.no_epochs:   # OpenFold: its train/eval cycles (run_facts' cycle_times), K steps of `batch`
+                per_cycle = OPENFOLD_E2E_CYCLE["mini" if self.dry else "reference"] * batch
+                rates = [per_cycle / t for t in (f.cycle_times[1:] or f.cycle_times) if t > 0]
+                sustained = statistics.median(rates) if rates else None
+                first_s = f.cycle_times[0] if f.cycle_times else None
             else:
                 sustained, first_s, per_cycle = (f.steady_throughput, f.epoch_times[0] if f.epoch_times else None,
                                                  f.train_samples)

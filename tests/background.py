@@ -155,7 +155,7 @@ class Slots:
     """At most `n` holders at once, except a build a test waits for: it does not queue."""
 
     def __init__(self, n: int):
-        self.n, self._sem = n, threading.BoundedSemaphore(n)
+        self._sem = threading.BoundedSemaphore(n)
 
     @contextlib.contextmanager
     def hold(self):
@@ -229,10 +229,10 @@ def _autogroup(pid: int | str) -> tuple[str, int] | None:
         return None
 
 
-def set_autogroups(pids: list[int], nice: int = NICE) -> int:
-    """Give every autogroup of `pids` other than this process's own the nice `nice`; the count
-    changed. Our own is left alone: it holds the tests."""
-    own, changed = _autogroup("self"), 0
+def set_autogroups(pids: list[int], nice: int = NICE) -> None:
+    """Give every autogroup of `pids` other than this process's own the nice `nice`. Our own is
+    left alone: it holds the tests."""
+    own = _autogroup("self")
     for pid in pids:
         group = _autogroup(pid)
         if group is None or group[1] == nice or (own is not None and group[0] == own[0]):
@@ -240,10 +240,8 @@ def set_autogroups(pids: list[int], nice: int = NICE) -> int:
         try:
             with open(f"/proc/{pid}/autogroup", "w") as f:
                 f.write(str(nice))
-            changed += 1
         except OSError:   # gone, not ours, or a lower nice without CAP_SYS_NICE
             pass
-    return changed
 
 
 def _renice(tids, nice: int) -> None:

@@ -90,6 +90,17 @@ def remove_scratch(made: tuple[Path, Any]) -> None:
     shutil.rmtree(made[0], ignore_errors=True)
 
 
+def reframe_build(prefix: str, settings: str, *args, timeout: float) -> Callable[[], tuple[Path, Any]]:
+    """A background build of a ReFrame run whose test asserts its verdict, never its times
+    (the sabotaged runs): in a training slot, one thread per training (the profiles pass
+    HPCKIT_OMP_NUM_THREADS on), as a niced training uses an idle core and must not wait at every
+    barrier for a second one. Its value: (its directory, (exit code, output))."""
+    def body(tmp: Path) -> tuple[int, str]:
+        with background.training():
+            return run_reframe(tmp, settings, *args, timeout=timeout, env={"HPCKIT_OMP_NUM_THREADS": "1"})
+    return scratch_build(prefix, body)
+
+
 def background_fixture(jobs: dict, name: str, scope: str = "module"):
     """The fixture `name` of a module's background build jobs[name] (tests/background.py):
     its result, released after the last test that uses it. Assign it to a module attribute."""

@@ -18,7 +18,7 @@ import time
 import pytest
 
 import background
-from conftest import REPO, background_fixture, remove_scratch, run_hpckit, run_reframe, scratch_build
+from conftest import REPO, background_fixture, reframe_build, remove_scratch, run_hpckit, scratch_build
 from hpckit.common.config import load_config
 
 pytestmark = pytest.mark.slow
@@ -151,23 +151,17 @@ def _lr0(tmp):
 
 def _reframe_sabotaged(sabotage: str):
     overrides = f"train.n_epochs={SABOTAGE_EPOCHS}" + (",optimizer.lr=0" if sabotage == "lr-zero" else "")
-    args = ["-n", "OC20Check", "-r", "-S", f"OC20Check.overrides={overrides}",
-            *(["-S", "OC20Data.shuffle_labels=true"] if sabotage == "shuffled-forces" else [])]
-
-    def body(tmp):
-        with background.training():
-            return run_reframe(tmp, "site_profiles/local/settings.py", *args, timeout=900,
-                               env={"HPCKIT_OMP_NUM_THREADS": "1"})
-    return body
+    return reframe_build(f"rfm-oc20-{sabotage}", "site_profiles/local/settings.py", "-n", "OC20Check", "-r",
+                         "-S", f"OC20Check.overrides={overrides}",
+                         *(["-S", "OC20Data.shuffle_labels=true"] if sabotage == "shuffled-forces" else []), timeout=900)
 
 
 # The sabotaged runs are background builds (tests/background.py): only their verdicts are
 # asserted, never their times, so they run at nice 19, one thread each, on the cores the other
 # tests leave idle; this file's tests run at the end of the session.
 BACKGROUND = {"oc20_lr0_run": (scratch_build("oc20-lr0", _lr0), remove_scratch),
-              "oc20_rfm_shuffled_forces": (scratch_build("rfm-oc20-shuffled", _reframe_sabotaged("shuffled-forces")),
-                                           remove_scratch),
-              "oc20_rfm_lr_zero": (scratch_build("rfm-oc20-lr0", _reframe_sabotaged("lr-zero")), remove_scratch)}
+              "oc20_rfm_shuffled_forces": (_reframe_sabotaged("shuffled-forces"), remove_scratch),
+              "oc20_rfm_lr_zero": (_reframe_sabotaged("lr-zero"), remove_scratch)}
 oc20_lr0_run = background_fixture(BACKGROUND, "oc20_lr0_run")
 oc20_rfm_shuffled_forces = background_fixture(BACKGROUND, "oc20_rfm_shuffled_forces")
 oc20_rfm_lr_zero = background_fixture(BACKGROUND, "oc20_rfm_lr_zero")

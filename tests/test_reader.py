@@ -333,6 +333,7 @@ def test_openfold_counts_no_epochs_and_the_outputs_say_so(server, tmp_path):
     f = run_facts(pub / "result_0.txt", "published")
     assert f.no_epochs and f.staging_epoch_ratio is None and f.epoch_throughput is None and f.epoch_s is None
     assert f.eval_each_s == pytest.approx(10.0, abs=0.01)       # what it has is still measured
+    assert f.epoch_times == [] and f.cycle_times == pytest.approx([60.0] * len(f.cycles_s))   # each cycle's training
     run = _set(tmp_path / "site", n=1)
     res = server.run(["analyze", "--published", pub], cwd=tmp_path)
     line = next(ln for ln in res["stdout"].splitlines() if "openfold" in ln)

@@ -19,8 +19,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-import background
-from conftest import background_fixture, remove_scratch, run_reframe, scratch_build
+from conftest import background_fixture, reframe_build, remove_scratch, run_reframe
 from hpckit.common.config import load_config
 
 REPO = Path(__file__).resolve().parents[1]
@@ -187,29 +186,19 @@ def test_full_run_passes(full_run):
             assert records[check, fw, var] == (pytest.approx(value), unit, 'pass', ref), (check, fw, var)
 
 
-def _sabotaged(*args):
-    """A background build (tests/background.py): a sabotaged ReFrame run, in a training slot.
-    Only its verdict and its logs are asserted, never its times, so it can run at nice 19 on
-    the cores the other tests leave idle: (its directory, (exit code, output)). One thread
-    (the profiles pass HPCKIT_OMP_NUM_THREADS on), as a niced training uses an idle core and
-    must not wait at every barrier for a second one."""
-    def body(tmp):
-        with background.training():
-            return reframe(tmp, '-r', *args, timeout=TRAINING_TIMEOUT_S, env={'HPCKIT_OMP_NUM_THREADS': '1'})
-    return body
-
-
+# the sabotaged runs assert a verdict, never a time: background builds (conftest.reframe_build)
 BACKGROUND = {
-    'cosmoflow_shuffled_run': (scratch_build('rfm-cf-shuffled', _sabotaged(
-        '-n', 'CosmoFlowCheck%framework=pytorch', '-S', 'CosmoFlowData.shuffle_labels=true',
-        '-S', f'CosmoFlowCheck.overrides=train.n_epochs={SABOTAGE_EPOCHS}')), remove_scratch),
-    'deepcam_shuffled_run': (scratch_build('rfm-dc-shuffled', _sabotaged(
-        '-n', 'DeepCAMCheck', '-S', 'DeepCAMData.shuffle_labels=true',
-        '-S', f'DeepCAMCheck.overrides=train.n_epochs={SABOTAGE_EPOCHS}')), remove_scratch),
-    'openfold_lr0_run': (scratch_build('rfm-of-lr0', _sabotaged(
-        '-n', 'OpenFoldCheck', '-S', 'OpenFoldCheck.overrides=optimizer.base_lr=0,train.num_train_iters='
-        f"{OPENFOLD_SABOTAGE_CYCLES * load_config('openfold', 'mini')['train']['val_every_iters']}")),
-        remove_scratch),
+    'cosmoflow_shuffled_run': (reframe_build(
+        'rfm-cf-shuffled', SETTINGS, '-r', '-n', 'CosmoFlowCheck%framework=pytorch', '-S', 'CosmoFlowData.shuffle_labels=true',
+        '-S', f'CosmoFlowCheck.overrides=train.n_epochs={SABOTAGE_EPOCHS}', timeout=TRAINING_TIMEOUT_S), remove_scratch),
+    'deepcam_shuffled_run': (reframe_build(
+        'rfm-dc-shuffled', SETTINGS, '-r', '-n', 'DeepCAMCheck', '-S', 'DeepCAMData.shuffle_labels=true',
+        '-S', f'DeepCAMCheck.overrides=train.n_epochs={SABOTAGE_EPOCHS}', timeout=TRAINING_TIMEOUT_S), remove_scratch),
+    'openfold_lr0_run': (reframe_build(
+        'rfm-of-lr0', SETTINGS, '-r', '-n', 'OpenFoldCheck', '-S',
+        'OpenFoldCheck.overrides=optimizer.base_lr=0,train.num_train_iters='
+        f"{OPENFOLD_SABOTAGE_CYCLES * load_config('openfold', 'mini')['train']['val_every_iters']}",
+        timeout=TRAINING_TIMEOUT_S), remove_scratch),
 }
 cosmoflow_shuffled_run = background_fixture(BACKGROUND, 'cosmoflow_shuffled_run')
 deepcam_shuffled_run = background_fixture(BACKGROUND, 'deepcam_shuffled_run')

@@ -100,6 +100,7 @@ class RunFacts:
     to_first_epoch_s: float | None = None  # run_start to the first epoch_start (staging, set-up)
     cycles_s: list = field(default_factory=list)   # epoch_start to the next (last: to run_stop)
     epoch_times: list = field(default_factory=list)  # each epoch's training time, evaluations out
+    cycle_times: list = field(default_factory=list)  # a no-epochs log's train/eval cycles: the same
     extra: dict = field(default_factory=dict)
     no_epochs: str | None = None           # why this benchmark's log counts no epochs (logs.NO_EPOCHS)
 
@@ -294,7 +295,7 @@ def run_facts(path: Path, origin: str) -> RunFacts:
     if f.no_epochs:
         # its epoch_start..epoch_stop are train/eval cycles, not epochs: no epoch time,
         # epoch throughput or staging/epoch ratio is made up from them
-        epochs = []
+        f.cycle_times, epochs = epochs, []
     f.epoch_times = epochs
     if epochs:
         f.epoch_s = sum(epochs) / len(epochs)
