@@ -630,7 +630,7 @@ class Check:
                "--seed", 7, "--dist", "torch", "--device", self.device(), "--threads", 2,
                "--set", "data.loader_workers=2",
                *(["--set", "train.max_steps=2", "--set", "data.n_valid=8"] if self.dry else [])]
-        proc = run(cmd, self.work / "torchrun.log", 900)
+        run(cmd, self.work / "torchrun.log", 900)
         s = summary(out)   # (torchrun exits 1 for a rank's 3, not converged: the summary says which)
         ok = s.get("dist") == "torch" and (s.get("converged") or (self.dry and s.get("epochs") == 1))
         self.row("torchrun", "deepcam mini, 1 rank, torch.distributed", "PASS" if ok else "FAIL",

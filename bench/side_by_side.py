@@ -69,7 +69,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import REPO, cpu_flags, cpu_model  # noqa: E402,F401   (cpu_flags: conv_efficiency imports it here)
+from benchlib import cpu_flags, cpu_model  # noqa: E402,F401   (cpu_flags: conv_efficiency imports it here)
 
 CASES = {
     "cosmoflow": ("reference/tensorflow", "kit/tensorflow", "kit/pytorch"),

@@ -24,7 +24,6 @@ import json
 import math
 import os
 import stat
-from pathlib import Path
 
 from hpckit.common.errors import KitError
 

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 def flops_sample(cfg: dict):
     import numpy as np
-    import torch
     from hpckit.oc20 import synthetic
     from hpckit.oc20.data import collate
     from hpckit.oc20.model import build_model

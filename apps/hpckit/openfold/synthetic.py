@@ -59,7 +59,6 @@ import pickle
 import zlib
 from collections import Counter
 from dataclasses import dataclass, field
-from pathlib import Path
 
 import numpy as np
 
