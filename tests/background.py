@@ -36,8 +36,9 @@ build would take half the CPU from the tests, its job's autogroup against the se
 `run()` gives every new autogroup among the command's processes the build's nice, within a
 poll interval of its start (/proc/<pid>/autogroup; a process may raise its own autogroup's
 nice). A session none of whose ancestors started a session (CI's runner, under PID 1) is in the
-root autogroup, whose /proc file is empty: it has no nice to set, and none is. Containers are the exception nice cannot reach (a cgroup of their own): their
-builds run containers only briefly, and their trainings run in the foreground.
+root autogroup, whose /proc file is empty: it has no nice to set, and none is. Containers are
+the exception nice cannot reach (a cgroup of their own): their builds run containers only
+briefly, and their trainings run in the foreground.
 
 A build is niced while nothing waits for it. Once a test waits for it (`result()`), the test's
 core would idle, and the build and whatever build it waits for in turn get nice 0 at the next

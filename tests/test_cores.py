@@ -278,6 +278,7 @@ def test_cpu_wait_measures_a_core_shared_with_another_job():
     finally:
         spinner.kill()
         spinner.wait()
+        spinner.stdout.close()
     assert proc.returncode == 0, proc.stderr
     d = json.loads(proc.stdout)
     # two runnable tasks of equal weight on one core: each runs about half of the time

@@ -99,7 +99,7 @@ class RunFacts:
     to_first_epoch_s: float | None = None  # run_start to the first epoch_start (staging, set-up)
     cycles_s: list = field(default_factory=list)   # epoch_start to the next (last: to run_stop)
     epoch_times: list = field(default_factory=list)  # each epoch's training time, evaluations out
-    cycle_times: list = field(default_factory=list)  # a no-epochs log's train/eval cycles: the same
+    cycle_times: list = field(default_factory=list)  # a no-epochs log's cycles' training time (as epoch_times)
     extra: dict = field(default_factory=dict)
     no_epochs: str | None = None           # why this benchmark's log counts no epochs (logs.NO_EPOCHS)
 
