@@ -14,9 +14,9 @@ import math
 import numpy as np
 import pytest
 
-from conftest import REPO, run_hpckit
+from conftest import REAL_LOGS, REPO, run_hpckit
 
-REAL = REPO.parent / "shared" / "real_logs"
+REAL = REAL_LOGS
 V20 = REAL / "v2.0"
 NV_COSMO = V20 / "NVIDIA" / "results" / "dgxa100_n64_pytorch" / "strong" / "cosmoflow"
 needs_real = pytest.mark.skipif(not NV_COSMO.is_dir(), reason=f"real MLPerf logs not present under {REAL}")

@@ -10,7 +10,7 @@ import sys
 
 import pytest
 
-from conftest import REPO
+from conftest import PUBLISHED_V2, REPO
 
 NUMBER = r"([0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?)"
 
@@ -172,7 +172,7 @@ def test_conv_efficiency_bad_argument_is_one_line():
 def test_official_agreement_compares_every_set_of_an_org(tmp_path):
     """The official package checker + summarizer on a copy of one real v2.0 org, against
     hpckit score on the tree itself: one line per set, the count, and the tree untouched."""
-    tree = REPO.parent / "shared" / "real_logs" / "v2.0"
+    tree = PUBLISHED_V2
     if not (tree / "tacc").is_dir():
         pytest.skip(f"real v2.0 result folders not present under {tree}")
     before = sorted((p, p.stat().st_mtime_ns) for p in tree.rglob("*"))

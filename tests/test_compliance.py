@@ -20,26 +20,18 @@ from pathlib import Path
 import pytest
 import yaml
 
+from conftest import real_log
 from hpckit import cli
 from hpckit.common import compliance
 from hpckit.common.errors import KitError
 
 REPO = Path(__file__).resolve().parents[1]
-REAL_LOGS = REPO.parent / "shared" / "real_logs"
 NVIDIA_COSMOFLOW = "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet__cosmoflow__result_1.txt"
 HELMHOLTZ_DEEPCAM = "v2.0__HelmholtzAI__horeka_gpu_n512_pytorch1.13__deepcam__result_0.txt"
 TOKEN = ":::MLLOG "
 
 
 # ----------------------------------------------------------------------------- helpers
-
-def real_log(name: str) -> Path:
-    path = REAL_LOGS / name
-    if not path.is_file():
-        pytest.skip(f"real result log {name} not found in {REAL_LOGS} "
-                    "(the shared/real_logs directory next to the repository)")
-    return path
-
 
 def read_records(path: Path) -> list[dict]:
     records = []

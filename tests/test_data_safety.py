@@ -14,9 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_hpckit
+from conftest import NVIDIA_V10_COSMOFLOW, REPO, real_log, run_hpckit
 
-REAL_LOG = REPO.parent / "shared" / "real_logs" / "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet__cosmoflow__result_1.txt"
 
 
 def snapshot(root: Path) -> dict[str, str]:
@@ -60,7 +59,7 @@ def test_a_used_output_dir_is_refused(mini_data, tmp_path):
     anything there, its lock file included."""
     out = tmp_path / "out"
     out.mkdir()
-    (out / "mlperf.log").write_bytes(REAL_LOG.read_bytes())
+    (out / "mlperf.log").write_bytes(real_log(NVIDIA_V10_COSMOFLOW).read_bytes())
     (out / "summary.json").write_text('{"status": "success"}\n')
     before = snapshot(out)
     one_line_error(run_hpckit(*train_cmd(mini_data, out)), f"--output-dir {out}", "earlier run's mlperf.log")

@@ -18,12 +18,11 @@ import uuid
 
 import pytest
 
-from conftest import REPO, run_hpckit
+from conftest import NVIDIA_V10_COSMOFLOW, real_log, run_hpckit
 
 CF_TINY = ["--set", "data.sample_size=16", "--set", "data.n_train=8", "--set", "data.n_valid=4",
            "--set", "data.batch_size=4", "--set", "model.n_conv_layers=4", "--set", "train.n_epochs=3",
            "--set", "lr_schedule.base_lr=0.0"]
-NVIDIA_LOG = REPO.parent / "shared" / "real_logs" / "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet__cosmoflow__result_1.txt"
 
 
 def _mount(where, size: str) -> bool:
@@ -152,11 +151,12 @@ def test_datagen_onto_a_full_disk(full_fs, benchmark, extra):
 
 def test_results_commands_onto_a_full_disk(tiny, full_fs, tmp_path):
     """check's side report, score --json, package, report and references calibrate."""
+    nvidia_log = real_log(NVIDIA_V10_COSMOFLOW)
     fs = full_fs.fill(1024)
     log = fs / "nvidia.txt"
     before = snapshot(fs)
     cases = {
-        "score": (["score", NVIDIA_LOG, "--scaling", "strong", "--json", fs / "scores.json"], fs / "scores.json"),
+        "score": (["score", nvidia_log, "--scaling", "strong", "--json", fs / "scores.json"], fs / "scores.json"),
         "package": (["package", tiny / "run", "--site", "local", "--org", "Org", "--out", fs / "pkg"], fs / "pkg"),
         "report": (["report", tiny / "run", "--out", fs / "rep"], fs / "rep"),
     }
@@ -170,7 +170,7 @@ def test_results_commands_onto_a_full_disk(tiny, full_fs, tmp_path):
     shutil.rmtree(fs / "pkg", ignore_errors=True)
     shutil.rmtree(fs / "rep", ignore_errors=True)
     os.truncate(fs / "filler", 0)
-    shutil.copy(NVIDIA_LOG, log)
+    shutil.copy(nvidia_log, log)
     full_fs.fill(0)
     before = snapshot(fs)
     proc = run_hpckit("check", log, "--ruleset", "hpc-1.0.0")

@@ -19,12 +19,12 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import REPO, run_hpckit
+from conftest import REAL_LOGS, REPO, run_hpckit
 from mini_runs import ORG, mini_score
 from hpckit.results import package as pkg
 from hpckit.results.checkers import mini_library
 
-REAL = REPO.parent / "shared" / "real_logs"
+REAL = REAL_LOGS
 SET = REAL / "sets" / "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet__cosmoflow"
 NV_JSON = REAL / "systems" / "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet.json"
 NV_SYSTEM = "dgxa100_n16_ngc21.09_mxnet"

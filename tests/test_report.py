@@ -19,9 +19,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO, run_hpckit
+from conftest import REAL_LOGS, run_hpckit
 
-REAL = REPO.parent / "shared" / "real_logs"
+REAL = REAL_LOGS
 SET = REAL / "sets" / "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet__cosmoflow"
 CHROMIUM = Path("/usr/bin/chromium")
 needs_real = pytest.mark.skipif(not SET.is_dir(), reason=f"real MLPerf logs not present under {REAL}")

@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from conftest import run_hpckit
+from conftest import REAL_LOGS, run_hpckit
 from hpckit.common.errors import KitError
 from hpckit.results.logs import parse_log
 from hpckit.results.score import collect_sets, strong_score
 
-REAL = Path(__file__).resolve().parents[1].parent / "shared" / "real_logs"
+REAL = REAL_LOGS
 SET = REAL / "sets" / "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet__cosmoflow"
 V07 = REAL / "v0.7__LBNL__corigpu_n64_tf1.15.0__cosmoflow__result_1.txt"
 V10 = REAL / "v1.0__NVIDIA__dgxa100_n16_ngc21.09_mxnet__cosmoflow__result_1.txt"
