@@ -15,15 +15,48 @@ import pytest
 import background
 
 
+def _wait_done(name: str, timeout: float = 600) -> None:
+    """Wait for a build without raising its priority, as the session's other tests do (under
+    load a niced build may take long; result() after a timeout would raise it and the test
+    would read a priority it did not set: that would be this helper's failure, said so)."""
+    deadline = time.monotonic() + timeout
+    while not background.done(name) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert background.done(name), f"background build {name} not done after {timeout} s"
+
+
 def test_a_build_runs_niced_and_so_do_its_processes():
+    """A build nothing waits for runs at NICE, and so does what it starts. Observed before any
+    test waits for it (a test that waits raises it: the next test), so that what the build
+    reads cannot depend on which thread runs first."""
     def build():
         own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
         child = subprocess.run(["nice"], capture_output=True, text=True, check=True).stdout.strip()
         return own, int(child)
 
-    assert background.result("test-niced", build) == (background.NICE, background.NICE)
+    background.start("test-niced", build)
+    _wait_done("test-niced")
+    assert background.result("test-niced") == (background.NICE, background.NICE)
+    background.release("test-niced")
     # the tests themselves keep their priority
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == 0
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="lowering a nice needs root (CAP_SYS_NICE)")
+def test_waiting_for_a_build_raises_its_priority():
+    """The build's command starts only once a test waits for it (it polls nice_now, which
+    turns 0 then), so it reads 0 whatever the threads' order."""
+    def build():
+        deadline = time.monotonic() + 120
+        while background.nice_now() != 0 and time.monotonic() < deadline:
+            time.sleep(0.02)
+        return int(background.run(["nice"], 60).stdout)
+
+    background.start("test-raised", build)
+    try:
+        assert background.result("test-raised") == 0
+    finally:
+        background.release("test-raised")
 
 
 def test_a_failed_build_raises_where_its_result_is_asked_and_is_not_released():
@@ -109,13 +142,6 @@ AUTOGROUPS = os.path.exists("/proc/self/autogroup") and \
     Path("/proc/sys/kernel/sched_autogroup_enabled").read_text().strip() == "1"
 
 
-def _wait_done(name: str, timeout: float = 60) -> None:
-    """Wait for a build without raising its priority, as the session's other tests do."""
-    deadline = time.monotonic() + timeout
-    while not background.done(name) and time.monotonic() < deadline:
-        time.sleep(0.1)
-
-
 @pytest.mark.skipif(not AUTOGROUPS, reason="no autogroups on this kernel: nice ranks every process against every other")
 def test_a_new_session_in_a_builds_command_gets_the_builds_nice():
     """ReFrame's jobs start a session of their own, hence an autogroup of their own at nice 0,
@@ -164,9 +190,10 @@ def test_a_build_a_test_waits_for_gets_nice_0_and_so_does_its_prerequisite():
 
     try:
         background.start("test-wanted", build)
-        deadline = time.monotonic() + 30
+        deadline = time.monotonic() + 300   # niced under a competing load, python starts slowly
         while not started[0].exists() and time.monotonic() < deadline:
             time.sleep(0.05)
+        assert started[0].exists(), "the prerequisite's command did not start in 300 s"
         time.sleep(0.5)   # the prerequisite's command has seen nice 19 for a while
         first, second = background.result("test-wanted")
     finally:
