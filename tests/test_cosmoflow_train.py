@@ -4,6 +4,7 @@ clears caches, and a sabotaged run is reported as not converged."""
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 import re
 import threading
@@ -152,6 +153,9 @@ def test_tensorflow_backend_trains_and_logs(mini_data, tmp_path):
     s = json.loads((out / "summary.json").read_text())
     assert proc.returncode == (0 if s["converged"] else 3), proc.stderr[-3000:]
     assert s["framework"] == "tensorflow" and s["epochs"] == 2 and "tensorflow" in s["software"]
+    # oneDNN's kernels on every x86 CPU, not only where TensorFlow's default turns them on
+    # (AVX-512 VNNI/BF16, AMX), unless the environment chose; the run says which
+    assert s["software"]["tensorflow_onednn_opts"] == os.environ.get("TF_ENABLE_ONEDNN_OPTS", "1"), s["software"]
     assert s["usage"]["train_read_bytes_per_epoch"] > 0 and s["usage"]["peak_rss_bytes_max"] > 100e6   # tf.data threads
     # two epochs learn something: well below the trivial predictor's ~0.5
     assert s["final_eval_error"] < 0.45

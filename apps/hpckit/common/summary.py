@@ -4,6 +4,7 @@ which checks the types it holds are the ones written here)."""
 
 from __future__ import annotations
 
+import os
 import platform
 
 from importlib import metadata
@@ -31,6 +32,7 @@ def software_stack(framework: str) -> dict:
         import tensorflow as tf
         stack["tensorflow"] = tf.__version__
         stack["keras"] = _version("keras")
+        stack["tensorflow_onednn_opts"] = os.environ.get("TF_ENABLE_ONEDNN_OPTS", "unset (TensorFlow's default)")
     return stack
 
 

@@ -322,6 +322,13 @@ def train(args) -> int:
     if args.framework == "tensorflow":
         # before TensorFlow (or tf.distribute) is first imported: its C++ log lines go to a file
         os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
+        # TensorFlow turns its oneDNN kernels on by default only on CPUs with AVX512_VNNI,
+        # AVX512_BF16 or AMX (TF 2.9 release notes); elsewhere (AVX2-only x86: Zen 3, KNL's
+        # AVX2 plan) its Eigen convolutions ran the mini CosmoFlow 2.6x slower (255 s against
+        # 97 s to the target on a 2-core EPYC, bench: docs/performance.md). The kit runs the
+        # same oneDNN kernels on every x86 CPU unless the environment says otherwise; the run
+        # records which (summary.json software.tensorflow_onednn_opts).
+        os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "1")
         rank = dist.detect().rank
         divert_native_stderr(ensure_writable_dir(args.output_dir, "--output-dir")
                              / ("tensorflow-native.log" if rank == 0 else f"tensorflow-native.rank{rank}.log"))
