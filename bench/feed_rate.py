@@ -337,7 +337,7 @@ def staged_cosmoflow(work: Path, n: int, distinct: int, size: int, formats: list
     split = cdata.find_split(work / "cosmo", "train", n, "data.n_train")
     (work / "stage").mkdir(exist_ok=True)
     copies = split.relocated(work / "stage" / "cosmo-copies")
-    staging.copy_files(split.files, work / "stage" / "cosmo-copies")
+    staging.copy_files(split.files, work / "stage" / "cosmo-copies", inside=work / "cosmo")
     out = {"gzip-tfrecord": copies}
     if "tfrecord" in formats:
         (work / "cosmo-plain-gen").mkdir()
@@ -368,7 +368,7 @@ def staged_deepcam(work: Path, n: int, distinct: int, height: int, width: int, l
     files = link_to(unique, work / "cam" / "train", n, lambda i: f"data-bench-{i:07d}.h5")
     shutil.copyfile(work / "cam-gen" / "stats.h5", work / "cam" / "stats.h5")
     (work / "stage").mkdir(exist_ok=True)
-    staging.copy_files(files, work / "stage" / "cam-copies")
+    staging.copy_files(files, work / "stage" / "cam-copies", inside=work / "cam")
     log(f"# deepcam: {distinct} distinct {height} x {width} x 16 samples by hpckit datagen, {n} names, "
         f"{time.perf_counter() - t:.1f} s")
     return ddata.DeepCamFiles("train", sorted((work / "stage" / "cam-copies").iterdir())), \
