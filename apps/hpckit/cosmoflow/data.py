@@ -192,6 +192,7 @@ def read_sample_into(split: SplitFiles, index: int, size: int, x_out: np.ndarray
     fd, st = rawread.open_regular(path)
     try:
         extent = _LAYOUTS.get(path, fd, st)
+        # raw only into x_out's exact dtype, byte order included (as read_sample refuses any other)
         if extent.shape != shape or extent.dtype != np.dtype(np.int16):
             raise KitError(f"{path}: array is {extent.dtype} {extent.shape}, expected int16 {shape}")
         rawread.read_into(fd, path, extent, x_out, "the array")
