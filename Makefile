@@ -9,6 +9,21 @@ PIP    := $(BIN)/pip install --quiet --disable-pip-version-check
 CONSTRAINTS := -c requirements/constraints-cpu.txt
 
 .PHONY: run test venv calibrate compare
+
+# The targets' numeric arguments are checked as make reads this file: a bad one is ONE line
+# (make's own "Makefile:N: *** ...  Stop.", exit 2) before anything is built or run; the
+# scripts then check ranges themselves, in one line too. $(call count,NAME,LOW): NAME's value
+# is a whole number of 1 to 9 digits, at least LOW (0 or 1); decimal: digits with one point.
+digits_of = $(strip $(subst 0, 0 ,$(subst 1, 1 ,$(subst 2, 2 ,$(subst 3, 3 ,$(subst 4, 4 ,$(subst 5, 5 ,$(subst \
+              6, 6 ,$(subst 7, 7 ,$(subst 8, 8 ,$(subst 9, 9 ,$(1))))))))))))
+not_digits = $(strip $(subst 0,,$(subst 1,,$(subst 2,,$(subst 3,,$(subst 4,,$(subst 5,,$(subst 6,,$(subst \
+               7,,$(subst 8,,$(subst 9,,$(1))))))))))))
+count = $(if $(or $(filter-out 1,$(words $($(1)))),$(call not_digits,$($(1))),$(word 10,$(call digits_of,$($(1)))),$\
+          $(if $(filter 1,$(2)),$(if $(subst 0,,$($(1))),,zero))),$\
+          $(error $(1)=$($(1)): not a whole number$(if $(filter 1,$(2)), >= 1) of at most 9 digits))
+decimal = $(if $(or $(filter-out 1,$(words $($(1)))),$(filter-out .,$(call not_digits,$($(1)))),$\
+            $(if $(subst .,,$($(1))),,none)),$\
+            $(error $(1)=$($(1)): not a decimal number such as 0.2))
 run: $(STAMP)
 	$(BIN)/reframe -C site_profiles/local/settings.py -c reframe_checks/ -r
 
@@ -22,6 +37,10 @@ RUNS        ?= 3
 # "acceptance_power.py"); a dedicated node can take FLOOR=0.10, hpckit's own default.
 FLOOR       ?= 0.20
 CALIBRATION := calibration/$(PROFILE)-$(shell date +%Y%m%dT%H%M%S)
+ifneq ($(filter calibrate,$(MAKECMDGOALS)),)
+$(call count,RUNS,1)
+$(call decimal,FLOOR)
+endif
 calibrate: $(STAMP)
 	for i in $$(seq $(RUNS)); do \
 	    RFM_REFERENCE_PREFIX="$(CURDIR)/site_profiles/$(PROFILE)" $(BIN)/reframe -C site_profiles/$(PROFILE)/settings.py \
@@ -66,6 +85,10 @@ TESTS      ?= tests/test_bn_stats.py tests/test_replica_check.py \
               tests/test_compliance.py::test_the_checker_dies_with_hpckit_check \
               tests/test_multirank.py tests/test_campaign.py tests/test_slurm.py tests/test_multinode.py
 .PHONY: stress
+ifneq ($(filter stress,$(MAKECMDGOALS)),)
+$(call count,REPS,1)
+$(if $(LOAD),$(call count,LOAD,0))
+endif
 stress: $(STAMP)
 	$(BIN)/python tests/stress/stress.py --reps $(REPS) $(if $(LOAD),--load $(LOAD)) --out $(STRESS_OUT) $(TESTS)
 
@@ -75,6 +98,10 @@ stress: $(STAMP)
 # output). MUTATE_RUNS: kit run directories to mutate (default: two tiny DeepCAM runs made first).
 CASES ?= 3000
 SEED  ?= 1
+ifneq ($(filter mutate fuzz,$(MAKECMDGOALS)),)
+$(call count,CASES,1)
+$(call count,SEED,0)
+endif
 .PHONY: mutate
 mutate: $(STAMP)
 	$(BIN)/python bench/mutation.py --cases $(CASES) --seed $(SEED) $(if $(MUTATE_RUNS),--runs $(MUTATE_RUNS))

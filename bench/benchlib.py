@@ -103,19 +103,39 @@ def own_workdir(prog: str, option: str, given: str | None, prefix: str) -> Path:
         bad(prog, f"{option} {base}: cannot create a directory there ({e.strerror or e})")
 
 
+def check_writable(prog: str, option: str, shown, directory: Path) -> None:
+    """Prove that a file can be made in `directory` (or, where it is still to be made, in
+    the nearest directory above it that exists), before any work: a file is created there and
+    removed again. A read-only file system, a folder without write permission, a full one:
+    one line naming the option, exit 2 (it was a traceback after the whole measurement)."""
+    import tempfile
+    where = Path(directory)
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    try:
+        fd, name = tempfile.mkstemp(prefix=".hpckit-probe-", dir=where)
+    except OSError as e:
+        bad(prog, f"{option} {shown}: cannot write into {where} ({e.strerror or e})")
+    os.close(fd)
+    os.unlink(name)
+
+
 def output_path(prog: str, option: str, given: str | None) -> Path | None:
     """An output file option checked before any work, as the kit's writer checks it when the
     file is written (hpckit.common.fileio.check_output): a new file in an existing
-    directory. A file that is there (the user's, or an earlier run's), a directory, a missing
-    directory or a name too long is one line naming the option and path, exit 2."""
+    directory that this process can write (check_writable). A file that is there (the
+    user's, or an earlier run's), a directory, a missing or read-only directory or a name too
+    long is one line naming the option and path, exit 2."""
     if given is None:
         return None
     from hpckit.common.errors import KitError
     from hpckit.common.fileio import check_output
     try:
-        return check_output(given, option)
+        path = check_output(given, option)
     except KitError as e:
         bad(prog, str(e))
+    check_writable(prog, option, path, path.parent)
+    return path
 
 
 def write_output(prog: str, option: str, path: Path, text: str) -> None:

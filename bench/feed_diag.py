@@ -41,7 +41,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import REPO, bad as _bad, machine_line  # noqa: E402
+from benchlib import REPO, bad as _bad, check_writable, machine_line  # noqa: E402
 
 sys.path.insert(0, str(REPO / "apps"))
 
@@ -300,6 +300,8 @@ def main() -> int:
         bad(f"--parts {args.parts}: choose from loader, train")
     if args.out and Path(args.out).exists():
         bad(f"--out {args.out}: exists; name a new directory")
+    if args.out:   # it is made at the end, with its parents: the folder it goes into must take it
+        check_writable("feed_diag", "--out", args.out, Path(args.out))
     import torch
     cuda = torch.cuda.is_available()
     quick = args.quick or not cuda

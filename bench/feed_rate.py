@@ -67,7 +67,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import REPO, cpu_flags, machine_line  # noqa: E402
+from benchlib import REPO, cpu_flags, machine_line, output_path, write_output  # noqa: E402
 from benchlib import bad as _bad  # noqa: E402
 
 sys.path.insert(0, str(REPO / "apps"))
@@ -337,7 +337,7 @@ def staged_cosmoflow(work: Path, n: int, distinct: int, size: int, formats: list
     split = cdata.find_split(work / "cosmo", "train", n, "data.n_train")
     (work / "stage").mkdir(exist_ok=True)
     copies = split.relocated(work / "stage" / "cosmo-copies")
-    staging.copy_files(split.files, work / "stage" / "cosmo-copies")
+    staging.copy_files(split.files, work / "stage" / "cosmo-copies", inside=work / "cosmo")
     out = {"gzip-tfrecord": copies}
     if "tfrecord" in formats:
         (work / "cosmo-plain-gen").mkdir()
@@ -368,7 +368,7 @@ def staged_deepcam(work: Path, n: int, distinct: int, height: int, width: int, l
     files = link_to(unique, work / "cam" / "train", n, lambda i: f"data-bench-{i:07d}.h5")
     shutil.copyfile(work / "cam-gen" / "stats.h5", work / "cam" / "stats.h5")
     (work / "stage").mkdir(exist_ok=True)
-    staging.copy_files(files, work / "stage" / "cam-copies")
+    staging.copy_files(files, work / "stage" / "cam-copies", inside=work / "cam")
     log(f"# deepcam: {distinct} distinct {height} x {width} x 16 samples by hpckit datagen, {n} names, "
         f"{time.perf_counter() - t:.1f} s")
     return ddata.DeepCamFiles("train", sorted((work / "stage" / "cam-copies").iterdir())), \
@@ -509,8 +509,7 @@ def main() -> int:
         bad(f"--rounds {args.rounds}: between 1 and 100")
     if args.files < 2 * max(batches.values()):
         bad(f"--files {args.files}: at least two batches")
-    if args.json and os.path.lexists(args.json):
-        bad(f"--json {args.json}: exists; name a new file")
+    out_json = output_path("feed_rate", "--json", args.json)   # new, in a writable folder: before any work
 
     import torch
     from hpckit.common.config import load_config
@@ -607,11 +606,10 @@ def main() -> int:
         print(f"feed_rate: FAILED: {type(e).__name__}: {e}", file=sys.stderr)
     finally:
         shutil.rmtree(work, ignore_errors=True)
-    if args.json:
-        from hpckit.common.fileio import atomic_write_text
-        atomic_write_text(args.json, json.dumps({"machine": machine_line(), "flags": cpu_flags(),
-                                                 "device": "cuda" if cuda else "meta", "rows": rows}, indent=1),
-                          "--json")
+    if out_json is not None:
+        write_output("feed_rate", "--json", out_json, json.dumps({"machine": machine_line(), "flags": cpu_flags(),
+                                                                  "device": "cuda" if cuda else "meta", "rows": rows},
+                                                                 indent=1))
     return 1 if failed else 0
 
 

@@ -85,7 +85,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from benchlib import REPO, bad as _bad, cpu_flags, cpu_model  # noqa: E402
+from benchlib import REPO, bad as _bad, check_writable, cpu_flags, cpu_model  # noqa: E402
 
 PARTS = ("e2e", "step", "mini", "torchrun", "reframe")
 NVIDIA_H100 = {("deepcam", 1): 30.0, ("deepcam", 8): 82.0, ("cosmoflow", 1): 206.0}
@@ -773,6 +773,7 @@ def main(argv=None) -> int:
         taken = [n for n in ("gpu_check.txt", "gpu_check.json") if (out / n).exists() or (out / n).is_symlink()]
         if taken:
             bad(f"--out {out}: already holds {' and '.join(taken)} (an earlier check's: name another directory)")
+        check_writable("gpu_check", "--out", out, out)   # a read-only one: now, not after the check
     if args.workdir:
         base = Path(args.workdir)
         if base.exists() and not base.is_dir():

@@ -34,7 +34,6 @@ tests/test_mutation.py runs a few hundred cases of the same engine in CI.
 
 from __future__ import annotations
 
-import argparse
 import hashlib
 import json
 import os
@@ -597,9 +596,13 @@ def describe(case: Case, problems: list[str], res: dict, root: Path) -> str:
 
 
 def main() -> int:
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--cases", type=int, default=3000)
-    ap.add_argument("--seed", type=int, default=1, help="first case's seed (case i has seed + i)")
+    sys.path.insert(0, str(REPO / "apps"))
+    from hpckit.cli import OneLineParser   # a bad argument is one line (make mutate CASES=abc)
+    from hpckit.common.inputs import cli_int
+    ap = OneLineParser(prog="bench/mutation.py", description=__doc__.splitlines()[0])
+    ap.add_argument("--cases", type=cli_int(1, 10 ** 9), default=3000)
+    ap.add_argument("--seed", type=cli_int(-(2 ** 62), 2 ** 62), default=1,
+                    help="first case's seed (case i has seed + i)")
     ap.add_argument("--runs", nargs="+", default=[], help="kit run directories (default: two tiny runs made here)")
     ap.add_argument("--work", default=None, help="where the work goes: a new directory inside it, kept (default: a "
                                                   "new temporary one, removed)")
@@ -607,10 +610,6 @@ def main() -> int:
     ap.add_argument("--kind", default=None, help="only this damaged input")
     ap.add_argument("--keep", action="store_true", help="keep every case's directory")
     args = ap.parse_args()
-    if args.cases < 1:
-        print("mutation: --cases must be >= 1", file=sys.stderr)
-        return 2
-    sys.path.insert(0, str(REPO / "apps"))
     from benchlib import cpu_flags, cpu_model, own_workdir
     work = own_workdir("mutation", "--work", args.work, "hpckit-mutation-")   # new: what else --work holds stays
     print(f"# mutation bench: host {os.uname().nodename}, cpu {cpu_model()}, flags {cpu_flags()}, "

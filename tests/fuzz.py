@@ -1871,6 +1871,26 @@ def judge(answer: dict, case_dir: Path, data_dir: Path, fmt: Format, listed: tup
     return "finding", "exit", f"exit {rc}: {err.strip()[-300:]}"
 
 
+def _unwritable(given: Path) -> str | None:
+    """Why the folder `given` (made with its parents when missing) cannot take this run's
+    files, or None: a file is made in it, or in the nearest folder above it that exists, and
+    removed again."""
+    if given.exists() and not given.is_dir():
+        return "not a directory"
+    where = given
+    while not where.exists() and where != where.parent:
+        where = where.parent
+    if not where.is_dir():
+        return f"{where} is not a directory"
+    try:
+        fd, name = tempfile.mkstemp(prefix=".hpckit-probe-", dir=where)
+    except OSError as e:
+        return f"cannot write into {where} ({e.strerror or e})"
+    os.close(fd)
+    os.unlink(name)
+    return None
+
+
 def run_campaign(cases: int, seed: int, first: int = 0, formats: list[str] | None = None, timeout: float = 20,
                  work: Path | None = None, keep: Path | None = None, runs: list[Path] = (),
                  log=print, verbose: bool = False, forced: dict | None = None) -> Campaign:
@@ -1982,13 +2002,24 @@ def report(camp: Campaign, formats: list[str] | None, log=print) -> None:
         log(f"          first: seed={f.seed} case={f.case} ({f.file}: {f.mutation[:120]}); replay: {f.replay(formats)}")
 
 
+class OneLineParser(argparse.ArgumentParser):
+    """argparse, but a bad argument is one line on stderr and exit 2 (`make fuzz CASES=abc`
+    printed the usage and the error, five lines with make's, for one mistake); --help as before."""
+
+    def error(self, message: str):
+        self.exit(2, f"{self.prog}: error: {' '.join(message.split())} (see {self.prog} --help)\n")
+
+
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="tests/fuzz.py", description=__doc__.split("\n\n")[0])
-    ap.add_argument("--cases", type=int, default=300)
-    ap.add_argument("--seed", type=int, default=1)
-    ap.add_argument("--first", type=int, default=0, help="the first case's number (replay: --first C --cases 1)")
+    from hpckit.common.inputs import cli_float, cli_int
+    ap = OneLineParser(prog="tests/fuzz.py", description=__doc__.split("\n\n")[0])
+    ap.add_argument("--cases", type=cli_int(1, 10 ** 9), default=300)
+    ap.add_argument("--seed", type=cli_int(-(2 ** 63), 2 ** 63 - 1), default=1)
+    ap.add_argument("--first", type=cli_int(0, 10 ** 12), default=0,
+                    help="the first case's number (replay: --first C --cases 1)")
     ap.add_argument("--formats", help=f"comma-separated, of: {', '.join(ALL_FORMATS)} (default: the kit's formats)")
-    ap.add_argument("--timeout", type=float, default=20, help="seconds per case before it counts as a hang")
+    ap.add_argument("--timeout", type=cli_float(0, 86400, low_open=True), default=20,
+                    help="seconds per case before it counts as a hang")
     ap.add_argument("--work", type=Path, help="a folder for the corpus and the cases (default: a temporary one)")
     ap.add_argument("--keep", type=Path, help="copy each finding's case (its damaged input) here")
     ap.add_argument("--runs", type=Path, nargs="*", default=[], help="kit run folders: their mlperf.log and "
@@ -1999,9 +2030,16 @@ def main(argv: list[str] | None = None) -> int:
     if args.worker:
         serve()
         return 0
-    if args.cases < 1 or args.first < 0 or not args.timeout > 0:
-        ap.error("--cases must be >= 1, --first >= 0, --timeout > 0")
     formats = args.formats.split(",") if args.formats else None
+    unknown = [f for f in formats or () if f not in ALL_FORMATS]
+    if formats is not None and (unknown or not formats):
+        ap.error(f"--formats {args.formats!r}: {'unknown ' + ', '.join(map(repr, unknown)) if unknown else 'empty'} "
+                 f"(of {', '.join(ALL_FORMATS)})")
+    for option, given in (("--work", args.work), ("--keep", args.keep)):
+        if given is not None:   # checked now, not when the corpus is made or the first finding kept
+            problem = _unwritable(Path(given))
+            if problem:
+                ap.error(f"{option} {given}: {problem}")
     try:
         camp = run_campaign(args.cases, args.seed, args.first, formats, args.timeout, args.work, args.keep,
                             args.runs, verbose=args.verbose)

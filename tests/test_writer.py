@@ -334,10 +334,11 @@ ALLOWED = {
         "TensorFlow's native stderr appended to the run's own tensorflow-native.log",
     ("apps/hpckit/common/native_log.py", "divert_native_stderr", "os.fdopen"): "the same descriptor",
     ("apps/hpckit/common/run.py", "claim_output_dir", "os.open"): "the run directory's lock file (no content)",
-    ("apps/hpckit/common/staging.py", "copy_files", "shutil.copyfile"):
-        "staged copies into the new hpckit-stage-* directory the run created",
-    ("apps/hpckit/cosmoflow/data.py", "_save_npy", "open"): "decoded staging into the run's new stage directory, "
-                                                             "exclusive create ('xb')",
+    ("apps/hpckit/common/staging.py", "copy_files", "os.open"):
+        "staged copies into the new hpckit-stage-* directory the run created, exclusive create (O_EXCL)",
+    ("apps/hpckit/cosmoflow/data.py", "_save_npy", "os.open"): "decoded staging into the run's new stage directory, "
+                                                                "exclusive create (O_EXCL)",
+    ("apps/hpckit/cosmoflow/data.py", "_save_npy", "os.fdopen"): "the same descriptor",
     ("apps/hpckit/cosmoflow/synthetic.py", "_save_npy_atomic", "np.save"): "into an in-memory buffer",
     ("apps/hpckit/deepcam/synthetic.py", "write_h5_atomic", "h5py.File"): "the temporary path of fileio.atomic_path",
     ("apps/hpckit/results/report.py", "_save", "fig.savefig"): "the temporary path of fileio.atomic_path",

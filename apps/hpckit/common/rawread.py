@@ -13,7 +13,9 @@ layout gives:
   the header;
 * an HDF5 dataset: where it is stored contiguously, unfiltered, in the file itself (no
   external storage), its data lies at one offset (h5py's DatasetID.get_offset); a chunked,
-  compressed or external dataset is read through h5py as before (`h5_extent` says None).
+  compressed or external dataset, or one whose HDF5 type is not exactly a type numpy reads
+  byte for byte (`h5_raw_dtype`: IEEE floats, whole-byte integers), is read through h5py as
+  before (`h5_extent` says None).
 
 Before a byte is read the extent is checked against the file's size, so a truncated file
 is one KitError naming it, never a read past its end; a file that shrinks between the
@@ -136,10 +138,57 @@ def npy_extent(fd: int, path, size: int) -> Extent:
     return extent
 
 
+# IEEE 754 binary16/32/64 as HDF5 describes them (H5T_IEEE_F*): size -> (sign position,
+# exponent position, exponent size, mantissa position, mantissa size), exponent bias
+IEEE_FLOAT = {2: ((15, 10, 5, 0, 10), 15), 4: ((31, 23, 8, 0, 23), 127), 8: ((63, 52, 11, 0, 52), 1023)}
+
+
+def h5_raw_dtype(dset) -> np.dtype | None:
+    """The numpy dtype whose bytes are exactly what the h5py Dataset `dset` stores on disk,
+    or None: then only HDF5's own conversion (h5py's read) gives its values.
+
+    h5py's `dset.dtype` is the type HDF5 converts to when it reads, not the stored one: a
+    4-byte float without the implied mantissa bit, with 24 bits of precision or at a bit
+    offset is reported as float32 too, and its bytes taken as binary32 are other numbers
+    (up to 8.8e20 away, issue 48). So the HDF5 type itself is checked: an IEEE 754 float
+    (size 2, 4 or 8; precision all of its bits, offset 0, the IEEE sign, exponent and
+    mantissa fields and bias, implied normalisation) or an integer of whole bytes (precision
+    all of its bits, offset 0, two's complement or unsigned; not an enum), little- or
+    big-endian; anything else is None. And it must be the type h5py reports."""
+    import h5py
+    try:
+        t = dset.id.get_type()
+        cls = type(t)
+        size, order = t.get_size(), t.get_order()
+        if cls not in (h5py.h5t.TypeFloatID, h5py.h5t.TypeIntegerID) or t.get_offset() != 0 \
+                or t.get_precision() != 8 * size:
+            return None
+        if order == h5py.h5t.ORDER_LE or (order == h5py.h5t.ORDER_NONE and size == 1):
+            bo = "<"
+        elif order == h5py.h5t.ORDER_BE:
+            bo = ">"
+        else:
+            return None
+        if cls is h5py.h5t.TypeFloatID:
+            if size not in IEEE_FLOAT or (t.get_fields(), t.get_ebias()) != IEEE_FLOAT[size] \
+                    or t.get_norm() != h5py.h5t.NORM_IMPLIED:
+                return None
+            kind = "f"
+        else:
+            sign = t.get_sign()
+            if size not in (1, 2, 4, 8) or sign not in (h5py.h5t.SGN_NONE, h5py.h5t.SGN_2):
+                return None
+            kind = "u" if sign == h5py.h5t.SGN_NONE else "i"
+        raw = np.dtype(f"{bo}{kind}{size}")
+        return raw if raw == np.dtype(dset.dtype) else None
+    except (RuntimeError, ValueError, TypeError, OSError, KeyError, AttributeError):
+        return None
+
+
 def h5_extent(dset, size: int) -> Extent | None:
     """The extent of an h5py Dataset stored in one piece in its file (contiguous layout, no
-    filter, no external storage, allocated, within the file's `size` bytes), or None: then
-    it is read through h5py."""
+    filter, no external storage, allocated, within the file's `size` bytes) in a type whose
+    bytes numpy reads as they are (h5_raw_dtype), or None: then it is read through h5py."""
     import h5py
     try:
         plist = dset.id.get_create_plist()
@@ -148,9 +197,10 @@ def h5_extent(dset, size: int) -> Extent | None:
         offset = dset.id.get_offset()
     except (RuntimeError, ValueError, OSError, KeyError):
         return None
-    if offset is None or dset.dtype.kind not in "fiu":
+    dtype = h5_raw_dtype(dset)
+    if offset is None or dtype is None:
         return None
-    extent = Extent(int(offset), np.dtype(dset.dtype), tuple(int(s) for s in dset.shape))
+    extent = Extent(int(offset), dtype, tuple(int(s) for s in dset.shape))
     if extent.nbytes != dset.id.get_storage_size() or extent.offset + extent.nbytes > size:
         return None   # h5py then reads it and names what is wrong
     return extent

@@ -195,6 +195,7 @@ class Launch:
     keep_staged: bool = False   # --keep-staged: leave the staged copies (else removed at the end)
     allocator: str = "unchanged"   # memory.tune_allocator's settings, logged
     campaign: dist.Campaign | None = None   # --instances M: this rank's instance of a throughput campaign
+    data_root: Path | None = None   # --data: staging copies only files inside it (staging.copy_files)
 
     @property
     def accelerators_per_node(self) -> int:
@@ -258,7 +259,7 @@ def launch(args, framework: str, cfg: dict) -> Launch:
         seed = 1 + secrets.randbelow(2 ** 31 - 1)
     seed = comm.broadcast_int(seed)
     return Launch(ranks, comm, device, seed, stage_dir, core_plan, bool(getattr(args, "keep_staged", False)),
-                  allocator, campaign)
+                  allocator, campaign, Path(args.data) if getattr(args, "data", None) else None)
 
 
 class Diverged(Exception):
@@ -375,6 +376,7 @@ class MLPerfRun:
             raise KitError(f"config key 'train.max_steps': {self.max_steps!r} is not a number of steps >= 1 (or null)")
         self.steps_done = 0
         self.keep_staged = launched.keep_staged
+        self.data_root = launched.data_root
         self.stop_reason: str | None = None   # why a run stopped early (diverged)
         self.staged_made: list[Path] = []   # what staging created on this node, removed at the end
         # what the run used (common/usage.py): bytes read, summed over all ranks, and every
@@ -503,8 +505,11 @@ class MLPerfRun:
         directory this run creates, STAGE_DIR/hpckit-stage-<run token>/<split>, never into
         anything already in STAGE_DIR, and are removed when the run ends (--keep-staged
         keeps them). `write(split, dest)`, where given, stages a split in a form of its own
-        instead of copying its files (CosmoFlow's data.stage_decode). Returns the staged
-        directories, or None when not staging."""
+        instead of copying its files (CosmoFlow's data.stage_decode). Only regular files
+        inside the data set's root (--data) are staged, as the readers see them: a
+        symbolic link out of it is refused, naming it, before anything is written
+        (staging.check_sources); copies keep their source's permission bits, never wider.
+        Returns the staged directories, or None when not staging."""
         import secrets
         self.log.start(C.STAGING_START)
         watch = staging.Stopwatch()
@@ -517,11 +522,15 @@ class MLPerfRun:
             dest = {split: root / split for split in shares}
             if self.ranks.local_rank == 0:
                 try:
+                    if self.data_root is None:
+                        raise ValueError("MLPerfRun.stage: the launch names no data root (--data)")
+                    for files in shares.values():   # every stager's sources, before anything is made
+                        staging.check_sources(files, self.data_root)
                     with dist.signals_deferred():   # made and recorded as made, or neither
                         self.staged_made = staging.make_own_dir(root)
                     for split, files in shares.items():
                         nbytes += (write(split, dest[split]) if write is not None
-                                   else staging.copy_files(files, dest[split]))
+                                   else staging.copy_files(files, dest[split], inside=self.data_root))
                 except Terminated:   # a stop, not a staging error: exit 143, as in every phase
                     raise
                 except KitError as e:   # which node's scratch failed, on a job of many

@@ -9,9 +9,11 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import mmap
 import os
 import shutil
+import stat
 import time
 from pathlib import Path
 
@@ -101,27 +103,161 @@ def remove_own_dirs(made: list[Path]) -> None:
             break
 
 
-def copy_files(files: list[Path], dest: Path, root: Path | None = None) -> int:
+class _Inside:
+    """Where the files of a data set lie as the readers reach them (symbolic links
+    followed), relative to its resolved root; a KitError naming the file where that is
+    outside the root. Each folder is resolved once (a file that is not a link costs one
+    lstat)."""
+
+    def __init__(self, root: Path):
+        self.root = root
+        self.real_root = Path(os.path.realpath(root))
+        self._parents: dict = {}
+
+    def __call__(self, f: Path) -> tuple[Path, os.stat_result]:
+        """(f's path relative to the resolved root, f's stat, links followed)."""
+        try:
+            real_parent = self._parents.get(f.parent)
+            if real_parent is None:
+                real_parent = self._parents[f.parent] = Path(os.path.realpath(f.parent, strict=True))
+            st = os.lstat(f)
+            real = real_parent / f.name
+            if stat.S_ISLNK(st.st_mode):
+                real = Path(os.path.realpath(f, strict=True))
+                st = os.stat(real)
+        except OSError as e:
+            raise KitError(f"{f}: cannot resolve for staging ({e.strerror or e})") from None
+        try:
+            return real.relative_to(self.real_root), st
+        except ValueError:
+            raise KitError(f"{f}: a symbolic link to {real}, outside the data set {self.root}: refused (staging "
+                           "copies only files inside the data set; a file elsewhere, private perhaps, is not the "
+                           "data set's to copy)") from None
+
+
+def check_sources(files: list[Path], root: Path) -> list[int]:
+    """The permission bits (st_mode & 0o777) of every file in `files`, each one a regular file
+    inside the data set's `root` as the readers see it (links inside the root are followed);
+    a KitError naming the first that is not: a symbolic link whose target lies outside
+    the root (a private file elsewhere would otherwise be copied into the stage directory),
+    or not a regular file. For stagers that write their own form (StageAs) and read the
+    sources through the benchmark's readers."""
+    inside = _Inside(root)
+    modes = []
+    for f in files:
+        _, st = inside(f)
+        if not stat.S_ISREG(st.st_mode):
+            raise KitError(f"{f}: not a regular file")
+        modes.append(st.st_mode & 0o777)
+    return modes
+
+
+def _open_inside(root_fd: int, rel: Path, dirs: dict, f: Path) -> int:
+    """A descriptor of the regular file `rel` below the directory open as `root_fd`, every
+    component opened with O_NOFOLLOW (a link swapped in after _inside resolved the path is
+    not followed: ELOOP); `dirs` caches the parents' descriptors."""
+    parent = rel.parent
+    fd = dirs.get(parent)
+    if fd is None:
+        fd = root_fd
+        for i, part in enumerate(parent.parts):
+            sub = dirs.get(Path(*parent.parts[:i + 1]))
+            if sub is None:
+                sub = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                dirs[Path(*parent.parts[:i + 1])] = sub
+            fd = sub
+    return os.open(rel.name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=fd)
+
+
+def _copy_fd(src: int, dst: int, size: int) -> int:
+    """`size` bytes from `src` to `dst` in the kernel (sendfile), read/write where it is not
+    supported; returns the bytes copied (fewer where the file shrank)."""
+    done = 0
+    try:
+        while done < size:
+            sent = os.sendfile(dst, src, done, min(size - done, 1 << 30))
+            if sent == 0:
+                return done
+            done += sent
+        return done
+    except OSError as e:
+        if done or e.errno not in (errno.EINVAL, errno.ENOSYS, errno.EOPNOTSUPP):
+            raise
+    while done < size:
+        chunk = os.pread(src, min(size - done, 1 << 24), done)
+        if not chunk:
+            break
+        view = memoryview(chunk)
+        while view:
+            view = view[os.write(dst, view):]
+        done += len(chunk)
+    return done
+
+
+def copy_files(files: list[Path], dest: Path, root: Path | None = None, inside: Path | None = None) -> int:
     """Copy `files` into the new directory `dest` (inside the run's own staging
     directory): flat, or with `root` under their paths relative to it (a data set whose
-    layout is folders, OpenFold's); returns bytes copied."""
+    layout is folders, OpenFold's); returns bytes copied.
+
+    Only regular files inside the data set's root (`inside`, else `root`) are copied, as
+    the readers see them: a symbolic link whose target lies outside it is refused, one
+    KitError naming the link, before anything of it is read. Each copy is created with its
+    source's permission bits (less the umask), never wider: a file of mode 600 stays 600."""
+    inside = inside if inside is not None else root
+    if inside is None:
+        raise ValueError("copy_files: the data set's root (inside= or root=) is needed")
+    where = _Inside(inside)
     try:
-        dest.mkdir()
+        root_fd = os.open(where.real_root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     except OSError as e:
-        raise KitError(f"--stage-dir {dest}: cannot create ({e.strerror})")
-    total = 0
-    for f in files:
-        target = dest / (f.relative_to(root) if root is not None else f.name)
+        raise KitError(f"staging {inside}: cannot open the data set's folder ({e.strerror or e})") from None
+    dirs: dict = {}
+    try:
         try:
-            if root is not None:
-                target.parent.mkdir(parents=True, exist_ok=True)   # inside the new dest only
-            shutil.copyfile(f, target)
+            dest.mkdir()
         except OSError as e:
-            if is_disk_error(e):   # the node-local copy failed, not the dataset
-                raise disk_error(e, target) from None
-            raise KitError(f"staging {f} -> {target}: {e.strerror}")
-        total += f.stat().st_size
-    return total
+            raise KitError(f"--stage-dir {dest}: cannot create ({e.strerror})")
+        total = 0
+        for f in files:
+            try:
+                rel = f.relative_to(root) if root is not None else Path(f.name)
+            except ValueError:
+                rel = Path("..")
+            if ".." in rel.parts or not rel.parts:
+                raise KitError(f"{f}: not a path inside the data set's folder {root or inside}")
+            target = dest / rel
+            real_rel = where(f)[0]
+            if not real_rel.parts:   # the data set's folder itself
+                raise KitError(f"{f}: not a regular file")
+            try:
+                src = _open_inside(root_fd, real_rel, dirs, f)
+            except OSError as e:
+                why = ("it changed into a symbolic link while staged" if e.errno in (errno.ELOOP, errno.ENOTDIR)
+                       else e.strerror or str(e))
+                raise KitError(f"{f}: cannot open for staging ({why})") from None
+            try:
+                st = os.fstat(src)
+                if not stat.S_ISREG(st.st_mode):
+                    raise KitError(f"{f}: not a regular file")
+                try:
+                    if root is not None:
+                        target.parent.mkdir(parents=True, exist_ok=True)   # inside the new dest only
+                    dst = os.open(target, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, st.st_mode & 0o777)
+                    try:
+                        total += _copy_fd(src, dst, st.st_size)
+                    finally:
+                        os.close(dst)
+                except OSError as e:
+                    if is_disk_error(e):   # the node-local copy failed, not the dataset
+                        raise disk_error(e, target) from None
+                    raise KitError(f"staging {f} -> {target}: {e.strerror}")
+            finally:
+                os.close(src)
+        return total
+    finally:
+        for fd in dirs.values():
+            os.close(fd)
+        os.close(root_fd)
 
 
 class Stopwatch:

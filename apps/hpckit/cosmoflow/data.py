@@ -192,6 +192,7 @@ def read_sample_into(split: SplitFiles, index: int, size: int, x_out: np.ndarray
     fd, st = rawread.open_regular(path)
     try:
         extent = _LAYOUTS.get(path, fd, st)
+        # raw only into x_out's exact dtype, byte order included (as read_sample refuses any other)
         if extent.shape != shape or extent.dtype != np.dtype(np.int16):
             raise KitError(f"{path}: array is {extent.dtype} {extent.shape}, expected int16 {shape}")
         rawread.read_into(fd, path, extent, x_out, "the array")
@@ -217,7 +218,9 @@ def decode_into(split: SplitFiles, dest: Path, size: int) -> int:
     """Decode every sample of `split` once (read_sample: gunzip, CRC32C, parse, validate)
     into the new directory `dest` as the npy pairs `decoded` names, one thread per usable
     CPU (zlib and the writes release the GIL); returns the bytes written. The loaders then
-    read npy every epoch instead of inflating GZIP every epoch (bench/loader_rates.py)."""
+    read npy every epoch instead of inflating GZIP every epoch (bench/loader_rates.py).
+    Each pair is created with its TFRecord's permission bits (less the umask), never wider
+    (MLPerfRun.stage has checked that every file lies inside the data set)."""
     from concurrent.futures import ThreadPoolExecutor
 
     from hpckit.common.errors import disk_error, is_disk_error
@@ -228,11 +231,15 @@ def decode_into(split: SplitFiles, dest: Path, size: int) -> int:
         raise KitError(f"--stage-dir {dest}: cannot create ({e.strerror})")
 
     def one(i: int) -> int:
+        try:
+            mode = os.stat(split.files[i]).st_mode & 0o777
+        except OSError as e:
+            raise KitError(f"{split.files[i]}: cannot stat ({e.strerror or e})") from None
         x, y = read_sample(split, i, size)
         n = 0
         for arr, path in ((x, out.files[i]), (y, out.labels[i])):
             try:
-                n += _save_npy(path, arr)
+                n += _save_npy(path, arr, mode)
             except OSError as e:
                 if is_disk_error(e):   # the node-local copy failed, not the dataset
                     raise disk_error(e, path) from None
@@ -243,13 +250,14 @@ def decode_into(split: SplitFiles, dest: Path, size: int) -> int:
         return sum(pool.map(one, range(len(split))))
 
 
-def _save_npy(path: Path, arr: np.ndarray) -> int:
-    """np.save's .npy (format 1.0) into the new file `path`; returns its size. The array
-    goes through Python's write, not np.save's fwrite (ndarray.tofile), whose short write on
-    a full disk raises an OSError without errno ("...x.npy: None"): here a full disk is
-    ENOSPC, reported as one (errors.disk_error)."""
+def _save_npy(path: Path, arr: np.ndarray, mode: int = 0o666) -> int:
+    """np.save's .npy (format 1.0) into the new file `path`, created with permission bits
+    `mode` (less the umask); returns its size. The array goes through Python's write, not
+    np.save's fwrite (ndarray.tofile), whose short write on a full disk raises an OSError
+    without errno ("...x.npy: None"): here a full disk is ENOSPC, reported as one
+    (errors.disk_error)."""
     arr = np.ascontiguousarray(arr)
-    with open(path, "xb") as f:
+    with os.fdopen(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, mode & 0o777), "wb") as f:
         np.lib.format.write_array_header_1_0(f, np.lib.format.header_data_from_array_1_0(arr))
         f.write(memoryview(arr).cast("B"))
         return f.tell()

@@ -232,8 +232,10 @@ def read_raw(path: Path, height: int, width: int, n_channels: int,
 
 def _h5_layout(path, fd: int, size: int):
     """(data extent, labels extent) of a sample file whose two datasets lie in one piece
-    each at their expected shapes (data float32, labels float32 or uint8, this machine's
-    byte order), or None: such a file is read through h5py (read_raw, which names what is
+    each at their expected shapes, stored as IEEE binary32 in this machine's byte order
+    (labels: that, or 8-bit unsigned bytes), the HDF5 type itself checked
+    (rawread.h5_raw_dtype: a 4-byte float HDF5 converts is not read raw), or None: such a
+    file is read through h5py (read_raw, which converts as h5py does and names what is
     wrong with it)."""
     import h5py
     try:

@@ -82,10 +82,19 @@ STAGED_FILE = records.FILE_PATTERN % 0
 def stage_share(split: LmdbSplit, dest: Path) -> int:
     """Staging (common/run.py StageAs): this node's records copied, bytes unchanged, into
     one new LMDB dest/data.0000.lmdb, keys 0..n-1 and "length" (the reference's layout);
-    returns its size. Read once from the shared file system, only what the node trains on."""
+    returns its size. Read once from the shared file system, only what the node trains on.
+    The new file's permission bits are those every source file grants (the narrowest of
+    them, less the umask), never wider (MLPerfRun.stage has checked that every file lies
+    inside the data set)."""
+    mode = 0o777
+    for f in split.files:
+        try:
+            mode &= os.stat(f).st_mode
+        except OSError as e:
+            raise KitError(f"{f}: cannot stat ({e.strerror or e})") from None
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=False)
-    return records.write_lmdb(dest / STAGED_FILE, (split.raw(i) for i in range(len(split))))
+    return records.write_lmdb(dest / STAGED_FILE, (split.raw(i) for i in range(len(split))), mode=mode & 0o666)
 
 
 def staged(split: LmdbSplit, dest: Path) -> LmdbSplit:

@@ -128,15 +128,16 @@ def dumps_record(fields: dict) -> bytes:
     return buf.getvalue()
 
 
-def write_lmdb(path: Path, records) -> int:
+def write_lmdb(path: Path, records, mode: int = 0o755) -> int:
     """One data.NNNN.lmdb: keys "0".."N-1" and "length" (preprocess_ef.py:58-70). The file
     must not exist (the caller writes into a directory it created); `records` an iterable
-    of pickled records, written as they come. Returns the file's size."""
+    of pickled records, written as they come; the file is created with permission bits
+    `mode` less the umask (py-lmdb's default 0o755 unless given). Returns the file's size."""
     import lmdb
     if path.exists():
         raise KitError(f"{path}: exists; datagen writes only into a new directory")
     try:
-        env = lmdb.open(str(path), map_size=MAP_SIZE, subdir=False, meminit=False, map_async=True)
+        env = lmdb.open(str(path), map_size=MAP_SIZE, subdir=False, meminit=False, map_async=True, mode=mode)
         try:
             with env.begin(write=True) as txn:
                 n = 0
