@@ -60,8 +60,19 @@ COMPARE ?= now-1h:now/now-30d:now-1h/median:/
 compare: $(STAMP)
 	$(BIN)/reframe -C site_profiles/$(PROFILE)/settings.py --performance-compare='$(COMPARE)'
 
+# `make test`: the tests a change needs before it is shared, in minutes (at most 15 on a 2-core
+# machine): every unit, reader and checker test, and `make run`'s ReFrame run, which trains every
+# benchmark to its target and checks its log with the official checker. `make test-all`: the
+# whole suite, CI's (.ci/run): the tests marked slow too (trainings per bad input and per
+# signal, multi-rank, Slurm, containers, emulated arm64, the bench scripts' smoke runs).
+# PYTEST_ARGS: more pytest options, e.g. PYTEST_ARGS=--junitxml=build/junit.xml for per-test times.
+PYTEST_ARGS ?=
+.PHONY: test-all
 test: $(STAMP)
-	$(BIN)/python -m pytest tests --durations=30
+	$(BIN)/python -m pytest tests -m "not slow" --durations=20 $(PYTEST_ARGS)
+
+test-all: $(STAMP)
+	$(BIN)/python -m pytest tests --durations=30 $(PYTEST_ARGS)
 
 # Tests that could fail by chance, run again and again under a competing CPU load (LOAD
 # spinning processes, default one per usable core), each repetition a fresh pytest session;

@@ -35,6 +35,8 @@ import pytest
 from conftest import NO_ALLOCATOR_RESTART, NVIDIA_V10_COSMOFLOW, REAL_LOGS, REPO, real_log, run_hpckit
 from hpckit.common.precision import cpu_has_fp16
 
+pytestmark = pytest.mark.slow   # `make test-all` (CI) only: a training or a ReFrame run per bad input
+
 NVIDIA_LOG = REAL_LOGS / NVIDIA_V10_COSMOFLOW
 
 CF_TINY = ["--set", "data.sample_size=16", "--set", "data.n_train=8", "--set", "data.n_valid=4",

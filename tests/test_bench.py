@@ -12,6 +12,8 @@ import pytest
 
 from conftest import PUBLISHED_V2, REPO
 
+pytestmark = pytest.mark.slow   # `make test-all` (CI) only: the bench scripts' smoke runs (minutes together)
+
 NUMBER = r"([0-9]+(?:\.[0-9]+)?(?:e[+-]?[0-9]+)?)"
 
 

@@ -14,6 +14,8 @@ from conftest import NO_ALLOCATOR_RESTART, run_hpckit
 from hpckit.common import tfrecord
 from hpckit.cosmoflow import synthetic
 
+pytestmark = pytest.mark.slow   # `make test-all` (CI) only: a training per bad input, TensorFlow's among them
+
 TINY = ["--set", "data.sample_size=16", "--set", "data.n_train=8", "--set", "data.n_valid=4",
         "--set", "data.batch_size=4", "--set", "model.n_conv_layers=4", "--set", "train.n_epochs=1"]
 

@@ -158,6 +158,7 @@ def test_decode_at_staging_writes_what_the_loader_would_read(tmp_path):
         data.decode_into(split, tmp_path / "stage" / "again", 16)
 
 
+@pytest.mark.slow   # `make test-all` (CI) only: two trainings
 def test_training_reads_the_decoded_copy(tmp_path, mini_data):
     """hpckit train --set data.stage_decode=true: staging decodes (logged), the run trains
     from npy files in its own stage directory and converges as from the TFRecords."""

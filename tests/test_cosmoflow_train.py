@@ -15,6 +15,9 @@ import background
 from conftest import (PUBLISHED_V2, assert_published_event_order, background_fixture, remove_scratch,
                       run_hpckit, scratch_build)
 
+pytestmark = pytest.mark.slow   # `make test-all` (CI) only: mini trainings (`make test`'s ReFrame run trains CosmoFlow
+# to its target with both frameworks)
+
 
 def mllog(path):
     return [json.loads(line.split(":::MLLOG ", 1)[1]) for line in path.read_text().splitlines()

@@ -16,6 +16,8 @@ import pytest
 
 from conftest import NVIDIA_V10_COSMOFLOW, REPO, real_log, run_hpckit
 
+pytestmark = pytest.mark.slow   # `make test-all` (CI) only: trainings killed and resumed
+
 
 
 def snapshot(root: Path) -> dict[str, str]:

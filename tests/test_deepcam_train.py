@@ -63,6 +63,7 @@ DEEPCAM_NOT_LOGGED = {
 }
 
 
+@pytest.mark.slow   # `make test-all` (CI) only: five mini trainings (tests/mini_runs.py)
 def test_mini_converges_well_above_all_background(deepcam_runs):
     # the session's seed-1 mini run (tests/mini_runs.py, shared with package and report)
     out = deepcam_runs[0]

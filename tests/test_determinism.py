@@ -11,6 +11,8 @@ import pytest
 import background
 from conftest import background_fixture, remove_scratch, run_hpckit, scratch_build
 
+pytestmark = pytest.mark.slow   # `make test-all` (CI) only: eight trainings compared value by value
+
 CF = ["--set", "data.sample_size=16", "--set", "data.n_train=16", "--set", "data.n_valid=8",
       "--set", "data.batch_size=4", "--set", "model.n_conv_layers=4", "--set", "train.n_epochs=2",
       "--set", "model.dropout=0.2"]

@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow   # `make test-all` (CI) only: whole data paths timed beside their loaders
+
 REPO = Path(__file__).resolve().parents[1]
 # openfold: a reference-size sample (crop 256, 1,024 extra sequences) costs about 0.25 CPU s
 # (4.3 samples/s with one worker on the 2-core VM): its figures take about 49 s of this test's

@@ -34,6 +34,7 @@ def work(tmp_path_factory) -> Path:
     return tmp_path_factory.mktemp("fuzz")
 
 
+@pytest.mark.slow   # `make test-all` (CI) only: a campaign of 1,200 cases
 def test_a_seeded_campaign_over_every_format_finds_nothing(work):
     """CI's campaign: every case of every format is the data read or one KitError line
     naming its file; the mutations reach both outcomes in every format (a fuzzer whose

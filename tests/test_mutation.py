@@ -19,6 +19,8 @@ from conftest import REPO
 sys.path.insert(0, str(REPO / "bench"))
 import mutation  # noqa: E402
 
+pytestmark = pytest.mark.slow   # `make test-all` (CI) only: thousands of damaged copies of real inputs through the results commands
+
 CHEAP_CASES = 200           # fixed seeds: the same cases on every run
 SLOW_CASES = {"report": 2, "check": 2}
 SEED = 20261126

@@ -97,10 +97,12 @@ def _trained_to_the_mini_target(made, benchmark: str, framework: str) -> None:
     assert config["train.precision"] == "bf16" and config["framework"] == framework, config
 
 
+@pytest.mark.slow   # `make test-all` (CI) only: a mini training to its target
 def test_bf16_trains_deepcam_to_the_mini_target(bf16_deepcam_run):
     _trained_to_the_mini_target(bf16_deepcam_run, "deepcam", "pytorch")
 
 
+@pytest.mark.slow   # `make test-all` (CI) only: a mini training to its target
 def test_bf16_trains_cosmoflow_with_tensorflow_to_the_mini_target(bf16_cosmoflow_run):
     _trained_to_the_mini_target(bf16_cosmoflow_run, "cosmoflow", "tensorflow")
 

@@ -2,9 +2,9 @@
 
     reframe -C site_profiles/local/settings.py -c reframe_checks/ -r
 
-SLOW END-TO-END TESTS: `test_full_run_passes` and `test_shuffled_labels_fail` run real
-ReFrame, real data generation and real trainings (minutes each on a small machine);
-select the quick ones with `-m "not slow"`. Everything ReFrame writes (stage, output,
+END-TO-END TESTS: `test_full_run_passes` (in `make test`) and the sabotaged runs (slow:
+`make test-all` only) run real ReFrame, real data generation and real trainings (minutes
+each on a small machine). Everything ReFrame writes (stage, output,
 perflogs, report, results database, its log) goes under pytest's tmp_path; the
 repository is not touched.
 """
@@ -146,7 +146,8 @@ def test_site_dataset_is_not_generated(tmp_path):
     assert 'hpckit train openfold --data /site/openfold ' in script and ' --checkpoint /site/openfold.pt' in script
 
 
-@pytest.mark.slow
+# `make test`'s end-to-end test (not slow): every benchmark trained to its target, checked by the
+# official checker, through ReFrame, as `make run` does
 def test_full_run_passes(full_run):
     tmp_path, rc, out = full_run
     assert rc == 0, out

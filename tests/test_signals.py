@@ -25,6 +25,8 @@ import pytest
 from conftest import NO_ALLOCATOR_RESTART, REPO, run_hpckit
 from test_full_disk import assert_one_disk_line, full_fs  # noqa: F401  (a fixture)
 
+pytestmark = pytest.mark.slow   # `make test-all` (CI) only: multi-process runs stopped by signals in every phase
+
 # 8 + 4 samples of 16^3: two training steps per epoch, one evaluation batch
 CF_TINY = ["--set", "data.sample_size=16", "--set", "data.n_train=8", "--set", "data.n_valid=4",
            "--set", "data.batch_size=4", "--set", "model.n_conv_layers=4", "--set", "train.n_epochs=2",
