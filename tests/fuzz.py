@@ -1360,6 +1360,37 @@ def deep_pickle(n: int) -> bytes:
     return b"\x80\x02" + b"]" * n + b"a" * (n - 1) + b"."
 
 
+# Structures pickle.dumps cannot make, as the opcodes that push them (issue 48): a tuple nested
+# `depth` deep (hashing it recursed past the C stack), one doubled through the memo `levels`
+# times (a kilobyte whose hash or repr never ends), an integer of `digits` digits (LONG4).
+def nested_tuple_ops(depth: int) -> bytes:
+    return b")" + b"\x85" * depth
+
+
+def doubled_tuple_ops(levels: int, memo_base: int = 1 << 20) -> bytes:
+    """T0 = (), T(k+1) = (Tk, Tk): each level put in the memo (LONG_BINPUT) and got back (LONG_BINGET)."""
+    return b")" + b"".join(b"r" + struct.pack("<I", memo_base + k) + b"j" + struct.pack("<I", memo_base + k) + b"\x86"
+                           for k in range(levels))
+
+
+def huge_int_ops(digits: int) -> bytes:
+    data = (10 ** digits - 1).to_bytes((10 ** digits).bit_length() // 8 + 1, "little", signed=True)
+    return b"\x8b" + struct.pack("<i", len(data)) + data
+
+
+def pickle_with(doc, holes: dict) -> bytes:
+    """pickle.dumps(doc) (protocol 3: bytes as bytes, no frames to keep right) with each placeholder string named
+    in `holes` replaced by the opcodes given for it (which push one value)."""
+    raw = pickle.dumps(doc, protocol=3)
+    for name, ops in holes.items():
+        enc = name.encode()
+        placeholder = b"X" + struct.pack("<I", len(enc)) + enc
+        if raw.count(placeholder) != 1:
+            raise ValueError(f"placeholder {name!r} is not in the pickle once")
+        raw = raw.replace(placeholder, ops)
+    return raw
+
+
 def _replace_at(node, path: tuple, value):
     """node with the value at path replaced (tuples rebuilt; None as value: the key removed)."""
     if not path:

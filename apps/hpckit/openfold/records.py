@@ -256,23 +256,123 @@ _CONSTANTS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4",
               "SHORT_BINBYTES", "BINBYTES8"}
 _SINGLETONS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
 _NAMING = {"GLOBAL", "INST"}
+_CONTAINER_TYPES = {list, dict, set, tuple, frozenset}
+# what a dict key or a set item may be: values whose hash is computed without recursion, in time
+# bounded by their size (a tuple key nested 100,000 deep overflowed the C stack when hashed; one
+# doubled through the memo 100 times never finished); the reference's keys are strings
+_FLAT_TYPES = {str, int, float, bool, type(None), bytes}
+
+# Bounds of loads_builtins (docs/security.md "Bounds"): the reference's mmCIF dicts nest 6 deep
+# ({pdb_id: {"atoms": {chain: {name: (bytes, shape)}}}}) and a dicts file holds some hundred
+# entries of some hundred values each; these are far above both and far below what would
+# exhaust the machine.
+MAX_PICKLE_DEPTH = 32
+MAX_PICKLE_VALUES = 1 << 24    # values decoded, each container counted once for every place it stands
+MAX_PICKLE_INT_BITS = 64       # the dicts' integers are array dimensions
 
 
 class PickleRefused(ValueError):
     """A pickle that names a global or builds an object; `name` says which."""
 
 
-def loads_builtins(raw: bytes):
+def describe(value, limit: int = 40) -> str:
+    """A short, safe description of an untrusted value for an error message: never its whole
+    repr (a structure shared through a pickle's memo can be exponentially large, a string
+    gigabytes long, an integer thousands of digits), only its type and size, or the first
+    characters of a string or bytes, or a number of few digits."""
+    kind = type(value)
+    if kind in (str, bytes):
+        shown = repr(value[:limit])
+        return shown if len(value) <= limit else f"{shown}... ({len(value)} {'characters' if kind is str else 'bytes'})"
+    if kind is bool or value is None:
+        return repr(value)
+    if kind is int:
+        return repr(value) if value.bit_length() <= 64 else f"an integer of {value.bit_length()} bits"
+    if kind is float:
+        return repr(value)
+    if kind in _CONTAINER_TYPES:
+        return f"a {kind.__name__} of {len(value)}"
+    return f"a {kind.__name__}"
+
+
+def loads_builtins(raw: bytes, max_depth: int = MAX_PICKLE_DEPTH, max_values: int = MAX_PICKLE_VALUES):
     """The value of a pickle that holds only builtin values: None, bools, ints, floats, str,
     bytes, and lists, tuples, dicts, sets and frozensets of them (what the reference's mmCIF
     dicts are: preprocess_pdb_mmcif.py:171-172 pickles mmcif.py:196-206's dict, its atoms
     compressed to bytes and shape tuples by mmcif.py:210-230). The opcodes are decoded by
     pickletools.genops (which runs nothing) and the values built here: a pickle that names a
     global or would call anything raises PickleRefused naming it, before anything is built from
-    it; a damaged one ValueError (or the error its bytes lead to)."""
+    it; a damaged one ValueError (or the error its bytes lead to).
+
+    Bounded while it decodes, before any value is hashed or shown: containers nested at most
+    `max_depth` deep; at most `max_values` values, a container counted again with all it holds
+    each time the memo (or DUP) puts it in another place, so a structure doubled through the
+    memo is refused by its size, not by its bytes; integers of at most 64 bits; dict keys and
+    set items strings, numbers, bytes, bools or None only (never a container, whose hash would
+    recurse); a container added to after it was placed in another (a cycle, or a change its
+    holders' bounds would miss) refused. The standard pickler's output of the reference's
+    dicts never does any of these."""
     stack: list = []
     marks: list[int] = []
     memo: dict = {}
+    info: dict[int, list] = {}   # id(container) -> [values it holds, itself included; depth; placed]
+    made: list = []              # every container made, kept alive so that no id in `info` is reused
+    total = 0
+
+    def count(n: int) -> None:
+        nonlocal total
+        total += n
+        if total > max_values:
+            raise ValueError(f"more than {max_values} values (a container shared through the memo counts each time "
+                             "it is used)")
+
+    def new(container, size: int, depth: int) -> None:
+        if depth > max_depth:
+            raise ValueError(f"values nested more than {max_depth} deep (the reference's mmCIF dicts nest 6)")
+        if size > max_values:
+            raise ValueError(f"a container of more than {max_values} values, counting those it shares")
+        info[id(container)] = [size, depth, False]
+        made.append(container)
+        stack.append(container)
+        count(1)
+
+    def place(items) -> tuple[int, int]:
+        """The values `items` hold together and their depth; each container among them placed."""
+        size = depth = 0
+        for v in items:
+            if type(v) in _CONTAINER_TYPES:
+                i = info[id(v)]
+                i[2] = True
+                size += i[0]
+                if i[1] > depth:
+                    depth = i[1]
+            else:
+                size += 1
+        return size, depth
+
+    def flat(keys, what: str) -> None:
+        for k in keys:
+            if type(k) not in _FLAT_TYPES:
+                raise ValueError(f"{what} is {describe(k)} (a string, number, bytes or None only)")
+
+    def add(target, items) -> None:
+        size, depth = place(items)
+        i = info[id(target)]
+        if i[2]:
+            raise ValueError(f"a {type(target).__name__} is added to after it was placed in another container "
+                             "(or in itself)")
+        i[0] += size
+        if depth + 1 > i[1]:
+            i[1] = depth + 1
+        if i[1] > max_depth:
+            raise ValueError(f"values nested more than {max_depth} deep (the reference's mmCIF dicts nest 6)")
+        if i[0] > max_values:
+            raise ValueError(f"a container of more than {max_values} values, counting those it shares")
+
+    def again(value) -> None:
+        """DUP, GET: `value` in one more place, counted with all it holds."""
+        count(info[id(value)][0] if type(value) in _CONTAINER_TYPES else 1)
+        stack.append(value)
 
     def pop_mark() -> list:
         if not marks:
@@ -287,86 +387,124 @@ def loads_builtins(raw: bytes):
             raise ValueError(f"an opcode adds to a {kind.__name__} where there is none")
         return stack[-1]
 
+    def pairs(items: list, what: str) -> list:
+        if len(items) % 2:
+            raise ValueError(f"{what} of an odd number of values")
+        keys = items[::2]
+        flat(keys, "a dict key")
+        return keys
+
     for op, arg, _pos in pickletools.genops(raw):
         name = op.name
-        if name in ("PROTO", "FRAME"):
+        if name in _CONSTANTS:
+            if type(arg) is int and arg.bit_length() > MAX_PICKLE_INT_BITS:
+                raise ValueError(f"an integer of {arg.bit_length()} bits (at most {MAX_PICKLE_INT_BITS})")
+            stack.append(arg)
+            count(1)
+        elif name in ("PROTO", "FRAME"):
             continue
-        if name == "STOP":
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            if not stack:
+                raise ValueError("PUT of an empty stack")
+            memo[arg] = stack[-1]
+        elif name == "MEMOIZE":
+            if not stack:
+                raise ValueError("MEMOIZE of an empty stack")
+            memo[len(memo)] = stack[-1]
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            if arg not in memo:
+                raise ValueError(f"GET of memo entry {describe(arg)}, which was never put")
+            again(memo[arg])
+        elif name == "STOP":
             if len(stack) != 1 or marks:
                 raise ValueError("the pickle ends with more than one value")
             return stack[0]
-        if name in _CONSTANTS:
-            stack.append(arg)
         elif name in _SINGLETONS:
             stack.append(_SINGLETONS[name])
+            count(1)
         elif name in _NAMING:
             module, _, attr = str(arg).partition(" ")
-            raise PickleRefused(f"{module}.{attr}")
+            raise PickleRefused(f"{module[:100]}.{attr[:100]}")
         elif name == "STACK_GLOBAL":
             module, attr = (stack[-2], stack[-1]) if len(stack) >= 2 else ("?", "?")
-            raise PickleRefused(f"{module}.{attr}" if isinstance(module, str) and isinstance(attr, str)
+            raise PickleRefused(f"{module[:100]}.{attr[:100]}" if type(module) is str and type(attr) is str
                                 else "a global")
         elif name == "MARK":
             marks.append(len(stack))
         elif name == "POP":
             if marks and marks[-1] == len(stack):
                 marks.pop()
-            else:
+            elif stack:
                 stack.pop()
+            else:
+                raise ValueError("POP of an empty stack")
         elif name == "POP_MARK":
             pop_mark()
         elif name == "DUP":
-            stack.append(stack[-1])
+            if not stack:
+                raise ValueError("DUP of an empty stack")
+            again(stack[-1])
         elif name == "EMPTY_LIST":
-            stack.append([])
+            new([], 1, 1)
         elif name == "EMPTY_DICT":
-            stack.append({})
+            new({}, 1, 1)
         elif name == "EMPTY_TUPLE":
-            stack.append(())
+            new((), 1, 1)
         elif name == "EMPTY_SET":
-            stack.append(set())
+            new(set(), 1, 1)
         elif name == "APPEND":
+            if len(stack) < 2:
+                raise ValueError("APPEND without a list and a value")
             value = stack.pop()
-            top(list).append(value)
+            target = top(list)
+            add(target, (value,))
+            target.append(value)
         elif name == "APPENDS":
             items = pop_mark()
-            top(list).extend(items)
-        elif name == "LIST":
-            stack.append(pop_mark())
-        elif name == "TUPLE":
-            stack.append(tuple(pop_mark()))
+            target = top(list)
+            add(target, items)
+            target.extend(items)
+        elif name in ("LIST", "TUPLE", "FROZENSET"):
+            items = pop_mark()
+            if name == "FROZENSET":
+                flat(items, "a set's item")
+            size, depth = place(items)
+            new(items if name == "LIST" else tuple(items) if name == "TUPLE" else frozenset(items),
+                size + 1, depth + 1)
         elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
             n = int(name[-1])
             if len(stack) - (marks[-1] if marks else 0) < n:
                 raise ValueError(f"{name} takes {n} values there are not")
-            items = tuple(stack[-n:])
+            items = stack[-n:]
             del stack[-n:]
-            stack.append(items)
+            size, depth = place(items)
+            new(tuple(items), size + 1, depth + 1)
         elif name == "DICT":
             items = pop_mark()
-            if len(items) % 2:
-                raise ValueError("DICT of an odd number of values")
-            stack.append(dict(zip(items[::2], items[1::2])))
+            pairs(items, "DICT")
+            size, depth = place(items)
+            new(dict(zip(items[::2], items[1::2])), size + 1, depth + 1)
         elif name == "SETITEM":
+            if len(stack) < 3:
+                raise ValueError("SETITEM without a dict, a key and a value")
             value = stack.pop()
             key = stack.pop()
-            top(dict)[key] = value
+            target = top(dict)
+            flat((key,), "a dict key")
+            add(target, (key, value))
+            target[key] = value
         elif name == "SETITEMS":
             items = pop_mark()
-            if len(items) % 2:
-                raise ValueError("SETITEMS of an odd number of values")
-            top(dict).update(zip(items[::2], items[1::2]))
+            target = top(dict)
+            pairs(items, "SETITEMS")
+            add(target, items)
+            target.update(zip(items[::2], items[1::2]))
         elif name == "ADDITEMS":
             items = pop_mark()
-            top(set).update(items)
-        elif name == "FROZENSET":
-            stack.append(frozenset(pop_mark()))
-        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            memo[arg] = stack[-1]
-        elif name == "MEMOIZE":
-            memo[len(memo)] = stack[-1]
-        elif name in ("GET", "BINGET", "LONG_BINGET"):
-            stack.append(memo[arg])
+            target = top(set)
+            flat(items, "a set's item")
+            add(target, items)
+            target.update(items)
         else:
             raise PickleRefused(f"opcode {name}")
     raise ValueError("the pickle has no STOP")
@@ -383,7 +521,7 @@ def dicts_file(dicts_dir: str | os.PathLike, pdb_id: str) -> Path:
     """The dicts file holding `pdb_id`: its middle two characters (mmcif.py:137-138, the
     mirror's subdirectory the preprocessing names its output after, preprocess_pdb_mmcif.py:149,168)."""
     if not isinstance(pdb_id, str) or not _PDB_ID.fullmatch(pdb_id):
-        raise KitError(f"{dicts_dir}: {pdb_id!r:.40} is not a PDB id (4 lower-case letters or digits)")
+        raise KitError(f"{dicts_dir}: {describe(pdb_id)} is not a PDB id (4 lower-case letters or digits)")
     return Path(dicts_dir) / pdb_id[1:3]
 
 
@@ -397,8 +535,8 @@ def read_dicts_file(path: str | os.PathLike) -> dict:
     except PickleRefused as e:
         raise KitError(f"{path}: refused: the pickle names {e}, which the reference's mmCIF dicts do not hold "
                        "(builtin dicts, lists, strings, numbers and bytes only); nothing in it was run") from None
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError, MemoryError,
-            RecursionError, UnicodeDecodeError, EOFError) as e:
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError, UnicodeDecodeError,
+            EOFError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise KitError(f"{path}: not a pickle of the reference's mmCIF dicts ({first})") from None
     if type(value) is not dict:
@@ -406,11 +544,22 @@ def read_dicts_file(path: str | os.PathLike) -> dict:
     return value
 
 
+# The atoms an entry's chains inflate to (docs/security.md "Bounds"): a chain's arrays take
+# 37 x 3 float32 and 37 bools a residue (481 bytes); the longest protein chains of the PDB are
+# some thousands of residues (full viral polyproteins about 7,000) and its largest entries some
+# hundred thousand residues in all (the HIV capsid 3J3Q: 1,356 chains of 231). Beyond these an
+# entry is refused before a byte is inflated: a few MB of zlib and one sequence shared through
+# the memo by a thousand chains asked for 4 GB.
+MAX_CHAIN_RESIDUES = 1 << 16
+MAX_ENTRY_RESIDUES = 1 << 21      # 1 GiB of atom arrays inflated at most
+MAX_RESOLUTION = 1000.0           # A; the PDB's lowest resolutions are some tens of A
+
+
 def _decompress(blob, shape, dtype, where: str) -> np.ndarray:
     """One array compress_mmcif_dict_atoms wrote (mmcif.py:210-230: zlib of its bytes, and its
     shape), inflated as decompress_mmcif_dict_atoms does (mmcif.py:233-257), to no more bytes
     than the shape says (a damaged or hostile blob never inflates past them)."""
-    need = math.prod(shape) * np.dtype(dtype).itemsize
+    need = math.prod(shape) * np.dtype(dtype).itemsize   # check_entry bounded the shape
     try:
         inflater = zlib.decompressobj()
         data = inflater.decompress(blob, need + 1)
@@ -437,9 +586,15 @@ def check_entry(entry, pdb_id: str, where: str) -> None:
         if isinstance(entry[key], bool) or not isinstance(entry[key], kind):
             raise KitError(f"{where}: '{key}' is a {type(entry[key]).__name__}")
     if entry["pdb_id"] != pdb_id:
-        raise KitError(f"{where}: its pdb_id is {entry['pdb_id']!r:.20}")
+        raise KitError(f"{where}: its pdb_id is {describe(entry['pdb_id'], 20)}")
     if not _check_date(entry["release_date"]):
-        raise KitError(f"{where}: release_date {entry['release_date']!r:.40} is not a date YYYY-MM-DD")
+        raise KitError(f"{where}: release_date {describe(entry['release_date'])} is not a date YYYY-MM-DD")
+    resolution = entry["resolution"]    # mmcif.py:_get_resolution: a float, nan where none is recorded
+    if not (type(resolution) is float and math.isnan(resolution)) and not (
+            (type(resolution) is float or (type(resolution) is int and resolution.bit_length() <= 64))
+            and 0 <= resolution <= MAX_RESOLUTION):
+        raise KitError(f"{where}: resolution {describe(resolution)} is not a resolution in A (0 to {MAX_RESOLUTION:g}, "
+                       "or nan: none recorded)")
     authors = entry["author_chain_ids"]
     if not all(type(a) is str for a in authors) or len(set(authors)) != len(authors):
         raise KitError(f"{where}: author_chain_ids is not a list of distinct chain ids")
@@ -452,21 +607,31 @@ def check_entry(entry, pdb_id: str, where: str) -> None:
     sequences, atoms = entry["sequences"], entry["atoms"]
     if set(sequences) != set(authors) or set(atoms) != set(authors):
         raise KitError(f"{where}: sequences and atoms are not of the chains author_chain_ids names")
+    residues = 0
     for chain in authors:
         seq = sequences[chain]
         if type(seq) is not str or not seq.isascii() or not seq.isalpha():
-            raise KitError(f"{where} chain {chain}: its sequence is not one-letter codes")
+            raise KitError(f"{where} chain {describe(chain, 8)}: its sequence is not one-letter codes")
+        if len(seq) > MAX_CHAIN_RESIDUES:
+            raise KitError(f"{where} chain {describe(chain, 8)}: {len(seq)} residues, more than the {MAX_CHAIN_RESIDUES} "
+                           "a chain is read with")
+        residues += len(seq)
+        if residues > MAX_ENTRY_RESIDUES:
+            raise KitError(f"{where}: its chains hold more than the {MAX_ENTRY_RESIDUES} residues an entry is read with "
+                           f"(their atoms would inflate to more than {MAX_ENTRY_RESIDUES * 481 >> 20} MiB)")
         arrays = atoms[chain]
         if type(arrays) is not dict or set(arrays) != {"all_atom_positions", "all_atom_mask"}:
-            raise KitError(f"{where} chain {chain}: atoms is not all_atom_positions and all_atom_mask")
+            raise KitError(f"{where} chain {describe(chain, 8)}: atoms is not all_atom_positions and all_atom_mask")
         for name, shape in (("all_atom_positions", (len(seq), ATOM_TYPE_NUM, 3)),
                             ("all_atom_mask", (len(seq), ATOM_TYPE_NUM))):
             value = arrays[name]
             if not (type(value) is tuple and len(value) == 2 and type(value[0]) is bytes
                     and type(value[1]) is tuple):
-                raise KitError(f"{where} chain {chain}: {name} is not (zlib bytes, shape)")
-            if value[1] != shape or not all(type(n) is int for n in value[1]):
-                raise KitError(f"{where} chain {chain}: {name} has shape {value[1]!r:.60}, its "
+                raise KitError(f"{where} chain {describe(chain, 8)}: {name} is not (zlib bytes, shape)")
+            got = value[1]     # compared item by item, each an int of few bits, never hashed or shown whole
+            if len(got) != len(shape) or not all(type(n) is int and n == m for n, m in zip(got, shape)):
+                shown = (f"({', '.join(describe(n, 12) for n in got)})" if len(got) <= 4 else describe(got))
+                raise KitError(f"{where} chain {describe(chain, 8)}: {name} has shape {shown}, its "
                                f"{len(seq)} residues make {shape}")
 
 

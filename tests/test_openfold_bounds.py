@@ -1,0 +1,220 @@
+"""OpenFold's untrusted inputs, bounded (issue 48): each hostile file a tester made, of a few
+kilobytes, that crashed, hung or exhausted the kit, is now one line naming the file (exit 2 at
+the CLI: a KitError), or read as the reference reads it, in bounded time and memory.
+
+* the mmCIF dicts (records.loads_builtins, check_entry): a dict key nested a million deep
+  (SIGSEGV), a tuple doubled through the memo as a key or a shape (a hash or repr that never
+  ends), a 5,000-digit integer as a shape or resolution (tracebacks), atoms that inflate to
+  gigabytes (MemoryError);
+* the alignments (AlignmentIndex, parse_a3m, parse_hhr): overlapping GiB ranges in
+  super.index, an a3m of 250,000 lines (quadratic), an hhr summary line that made the
+  reference's regular expression backtrack for hours, NaN, infinite, gap-only and
+  thousand-digit fields;
+* --checkpoint (train.read_checkpoint): Adam's state of the wrong shape, non-finite or other
+  hyperparameters, and the file held in memory once, bounded by the config's model;
+* the settings: every OpenFold count bounded; the FLOP count at the bounds allocates nothing.
+
+The cases that crashed or hung the interpreter run in a child process (a timeout, a memory
+limit), so that the suite reports them as failures, not as its own death.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import pickle
+import re
+import resource
+import subprocess
+import sys
+import textwrap
+import time
+import zlib
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import fuzz
+from hpckit.common.config import load_config
+from hpckit.common.errors import KitError
+from hpckit.openfold import features, records
+from hpckit.openfold import model as M
+from hpckit.openfold import train as T
+
+REPO = Path(__file__).resolve().parents[1]
+MINI = load_config("openfold", "mini")
+
+
+def one_line(excinfo, *words) -> str:
+    msg = str(excinfo.value)
+    assert "\n" not in msg and len(msg) < 2000, msg
+    for w in words:
+        assert str(w) in msg, (w, msg)
+    return msg
+
+
+def child(code: str, timeout: float = 60, memory: int = 3 << 30) -> subprocess.CompletedProcess:
+    """`code` run in a fresh interpreter importing the kit (PYTHONPATH as this one's), under an
+    address-space limit, a KitError printed as its one line and exit 2."""
+    script = ("import sys\nfrom hpckit.common.errors import KitError\ntry:\n"
+              + textwrap.indent(textwrap.dedent(code), "    ")
+              + "\nexcept KitError as e:\n    print(e, file=sys.stderr)\n    sys.exit(2)\n")
+
+    def limit():
+        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(REPO / "apps"), str(REPO / "tests")]),
+           "OPENBLAS_NUM_THREADS": "1", "OMP_NUM_THREADS": "1"}
+    return subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=timeout,
+                          env=env, preexec_fn=limit, cwd=REPO)
+
+
+def child_line(proc, *words) -> str:
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert proc.returncode == 2 and len(lines) == 1, (proc.returncode, proc.stderr[-3000:])
+    for w in words:
+        assert str(w) in lines[0], (w, lines[0])
+    return lines[0]
+
+
+# ----------------------------------------------------------------- the mmCIF dicts
+
+def entry(pdb_id="1abc", seq="MKV"):
+    """An mmcif_dict as the reference's preprocessing writes it (mmcif.py:196-230)."""
+    pos = np.zeros((len(seq), 37, 3), np.float32)
+    mask = np.zeros((len(seq), 37), bool)
+    mask[:, :3] = True
+    return {"pdb_id": pdb_id, "exptl_method": "X-RAY DIFFRACTION", "release_date": "1999-01-02", "resolution": 1.5,
+            "author_chain_ids": ["A"], "entity_id_to_mmcif_chain_ids": {"1": ["A"]},
+            "mmcif_chain_id_to_author_chain_id": {"A": "A"}, "sequences": {"A": seq},
+            "atoms": {"A": {"all_atom_positions": (zlib.compress(pos.tobytes()), pos.shape),
+                            "all_atom_mask": (zlib.compress(mask.tobytes()), mask.shape)}}}
+
+
+def load_in_child(tmp_path: Path, raw: bytes, timeout: float = 60) -> subprocess.CompletedProcess:
+    (tmp_path / "ab").write_bytes(raw)
+    return child(f"from hpckit.openfold import records\nrecords.load_mmcif_dict({str(tmp_path)!r}, '1abc')",
+                 timeout=timeout)
+
+
+def test_a_dict_key_nested_a_million_deep_is_one_line(tmp_path):
+    """Hashing the key recursed a C stack frame a level: SIGSEGV (a 1 MB file). Nesting is
+    bounded while the pickle is decoded, and a key is a string, number, bytes or None."""
+    raw = fuzz.pickle_with({"1abc": {"@K@": None}}, {"@K@": fuzz.nested_tuple_ops(1_000_000)})
+    child_line(load_in_child(tmp_path, raw), tmp_path / "ab", "nested more than 32 deep")
+    raw = fuzz.pickle_with({"1abc": {"@K@": None}}, {"@K@": fuzz.nested_tuple_ops(3)})   # shallow, still a tuple
+    (tmp_path / "ab").write_bytes(raw)
+    with pytest.raises(KitError) as e:
+        records.load_mmcif_dict(tmp_path, "1abc")
+    one_line(e, tmp_path / "ab", "a dict key is a tuple")
+
+
+@pytest.mark.parametrize("where", ["key", "shape"])
+def test_a_tuple_doubled_through_the_memo_is_one_line(tmp_path, where):
+    """100 levels of (T, T), each level's T from the memo: 1.5 KB whose structure holds 2^100
+    values. Its hash (as a key) or its repr (in the message about a wrong shape) never ended;
+    a container counts each place it stands, and the count is bounded."""
+    if where == "key":
+        doc = {"1abc": {"@T@": None}}
+    else:
+        doc = {"1abc": entry()}
+        doc["1abc"]["atoms"]["A"]["all_atom_positions"] = (doc["1abc"]["atoms"]["A"]["all_atom_positions"][0], "@T@")
+    raw = fuzz.pickle_with(doc, {"@T@": fuzz.doubled_tuple_ops(100)})
+    assert len(raw) < 2000
+    child_line(load_in_child(tmp_path, raw, timeout=30), tmp_path / "ab", "values")
+
+
+@pytest.mark.parametrize("where", ["shape", "resolution"])
+def test_a_five_thousand_digit_integer_is_one_line(tmp_path, where):
+    """A shape's repr or the resolution's float() of a 5,000-digit integer raised (Python's
+    4,300-digit limit, an OverflowError in the features); integers are bounded to 64 bits as
+    they are decoded, and a resolution is a number of A (or nan) before it is used."""
+    doc = {"1abc": entry()}
+    if where == "shape":
+        blob = doc["1abc"]["atoms"]["A"]["all_atom_positions"][0]
+        doc["1abc"]["atoms"]["A"]["all_atom_positions"] = (blob, (3, "@N@", 3))
+    else:
+        doc["1abc"]["resolution"] = "@N@"
+    (tmp_path / "ab").write_bytes(fuzz.pickle_with(doc, {"@N@": fuzz.huge_int_ops(5000)}))
+    with pytest.raises(KitError) as e:
+        records.load_mmcif_dict(tmp_path, "1abc")
+    one_line(e, tmp_path / "ab", "an integer of 16610 bits")
+
+
+@pytest.mark.parametrize("resolution, ok", [(1.5, True), (float("nan"), True), (2, True), (float("inf"), False),
+                                            (-1.0, False), (1e300, False), (10 ** 18, False)])
+def test_a_resolution_is_a_resolution_or_nan(tmp_path, resolution, ok):
+    doc = {"1abc": {**entry(), "resolution": resolution}}
+    (tmp_path / "ab").write_bytes(pickle.dumps(doc))
+    if ok:
+        got = records.load_mmcif_dict(tmp_path, "1abc")["resolution"]
+        assert got == resolution or math.isnan(got) and math.isnan(resolution)
+        return
+    with pytest.raises(KitError) as e:
+        records.load_mmcif_dict(tmp_path, "1abc")
+    one_line(e, tmp_path / "ab", "key '1abc'", "resolution")
+
+
+@pytest.mark.parametrize("case", ["a chain of 70,000 residues", "600 chains sharing a sequence and its atoms"])
+def test_atoms_past_the_bound_are_refused_before_a_byte_is_inflated(tmp_path, case):
+    """A few KB of zlib whose shape matched a long sequence, or one sequence and one blob
+    shared through the memo by 600 chains (49 KB, 2.9 GB inflated): inflated, a MemoryError
+    or the machine's memory. The residues of a chain and of an entry are bounded first."""
+    doc = {"1abc": entry()}
+    e = doc["1abc"]
+    if case.startswith("a chain"):
+        n = 70_000
+        e["sequences"]["A"] = "A" * n
+        e["atoms"]["A"] = {"all_atom_positions": (zlib.compress(bytes(n * 444), 9), (n, 37, 3)),
+                           "all_atom_mask": (zlib.compress(bytes(n * 37), 9), (n, 37))}
+        words = "70000 residues"
+    else:
+        n, ids = 10_000, [f"C{i}" for i in range(600)]
+        seq, arrays = "A" * n, {"all_atom_positions": (zlib.compress(bytes(n * 444), 9), (n, 37, 3)),
+                                "all_atom_mask": (zlib.compress(bytes(n * 37), 9), (n, 37))}
+        e.update(author_chain_ids=ids, sequences={c: seq for c in ids}, atoms={c: arrays for c in ids})
+        words = "residues an entry is read with"
+    raw = pickle.dumps(doc)
+    assert len(raw) < 200_000
+    child_line(load_in_child(tmp_path, raw, timeout=60), tmp_path / "ab", "key '1abc'", words)
+
+
+def test_the_decoder_bounds_nesting_sharing_and_cycles_and_reads_the_reference_pickles():
+    # the reference's pickles (every protocol) decode as pickle.loads decodes them
+    doc = {"1abc": entry(), "2xyz": entry("2xyz", "MKVLA")}
+    for protocol in range(pickle.HIGHEST_PROTOCOL + 1):
+        if protocol >= 3:    # protocols 0-2 write bytes through _codecs.encode, a global (refused)
+            assert records.loads_builtins(pickle.dumps(doc, protocol=protocol)) == doc
+    # nesting: 32 deep is read, 33 refused
+    assert records.loads_builtins(fuzz.deep_pickle(32)) is not None
+    with pytest.raises(ValueError, match="nested more than 32"):
+        records.loads_builtins(fuzz.deep_pickle(33))
+    # sharing is counted, not refused: a list shared by two keys, each counting its values
+    shared = list(range(10))
+    assert records.loads_builtins(pickle.dumps({"a": shared, "b": shared}, protocol=4)) == {"a": shared, "b": shared}
+    with pytest.raises(ValueError, match="more than 20 values"):
+        records.loads_builtins(pickle.dumps({"a": shared, "b": shared}, protocol=4), max_values=20)
+    # a list that holds itself, a set of tuples, a float as a key (flat: allowed)
+    cyclic = []
+    cyclic.append(cyclic)
+    with pytest.raises(ValueError, match="added to after it was placed"):
+        records.loads_builtins(pickle.dumps(cyclic, protocol=4))
+    with pytest.raises(ValueError, match="a set's item is a tuple"):
+        records.loads_builtins(pickle.dumps({(1, 2)}, protocol=4))
+    assert records.loads_builtins(pickle.dumps({1.5: None}, protocol=4)) == {1.5: None}
+    # a huge integer's text form is refused by Python's digit limit before int() converts it
+    with pytest.raises(ValueError):
+        records.loads_builtins(b"I" + b"9" * 5000 + b"\n.")
+
+
+def test_a_description_of_an_untrusted_value_is_short_and_never_whole():
+    deep = ()
+    for _ in range(200):
+        deep = (deep, deep)     # repr would never end
+    assert records.describe(deep) == "a tuple of 2"
+    assert records.describe("x" * 10 ** 6).endswith("(1000000 characters)")
+    assert records.describe(10 ** 5000) == "an integer of 16610 bits"
+    assert records.describe(b"\0" * 100, 4) == "b'\\x00\\x00\\x00\\x00'... (100 bytes)"
