@@ -218,3 +218,169 @@ def test_a_description_of_an_untrusted_value_is_short_and_never_whole():
     assert records.describe("x" * 10 ** 6).endswith("(1000000 characters)")
     assert records.describe(10 ** 5000) == "an integer of 16610 bits"
     assert records.describe(b"\0" * 100, 4) == "b'\\x00\\x00\\x00\\x00'... (100 bytes)"
+
+
+# ----------------------------------------------------------------- the alignments
+
+def write_index(folder: Path, files, shard_size: int = 4096) -> Path:
+    folder.mkdir(exist_ok=True)
+    with open(folder / "0.db", "wb") as f:
+        f.truncate(shard_size)      # sparse: GiB on no disk
+    (folder / "super.index").write_text(json.dumps({"1abc_A": {"db": "0.db", "files": files}}))
+    return folder
+
+
+def test_overlapping_ranges_of_gibibytes_are_refused_before_a_byte_is_read(tmp_path):
+    """Four files at the same GiB of a sparse 1 GiB shard: each read whole, a MemoryError (or the
+    machine's memory). An entry's ranges are disjoint (the preprocessing concatenates each file
+    once) and hold at most MAX_ENTRY_BYTES together; checked before the shard is opened."""
+    gib = 1 << 30
+    folder = write_index(tmp_path / "a", [[n, 0, gib] for n in records.MSA_FILES + (records.TEMPLATE_HITS,)], gib)
+    proc = child(f"from hpckit.openfold import records\nrecords.AlignmentIndex({str(folder)!r}).load('1abc_A')")
+    child_line(proc, folder / "super.index", "key '1abc_A'", "bytes one entry's alignments")
+    index = records.AlignmentIndex(write_index(tmp_path / "b", [["x.a3m", 0, 100], ["y.hhr", 99, 10]]))
+    with pytest.raises(KitError) as e:
+        index.load("1abc_A")
+    one_line(e, "super.index", "x.a3m", "y.hhr", "overlap")
+    with pytest.raises(KitError) as e:
+        index.check_all()
+    one_line(e, "overlap")
+    many = [[f"f{i}", i, 1] for i in range(records.MAX_ENTRY_FILES + 1)]
+    index = records.AlignmentIndex(write_index(tmp_path / "c", many))
+    with pytest.raises(KitError) as e:
+        index.load("1abc_A")
+    one_line(e, "17 files")
+    # adjacent ranges and ranges shared by two keys are the reference's: read
+    index = records.AlignmentIndex(write_index(tmp_path / "d", [["x.a3m", 0, 100], ["y.hhr", 100, 10]]))
+    assert set(index.load("1abc_A")) == {"x.a3m", "y.hhr"}
+
+
+def test_an_a3m_of_250000_lines_is_read_in_linear_time(tmp_path):
+    """One sequence wrapped over 250,000 lines: the reference's `sequences[-1] += line` copied
+    it whole at every line (a hang). The lines are joined once."""
+    text = ">query\n" + "ACDEFGHIKL\n" * 250_000
+    path = tmp_path / "q.a3m"
+    path.write_text(text)
+    start = time.monotonic()
+    proc = child(f"""
+        from hpckit.openfold import records
+        aligned, deletions = records.parse_a3m(open({str(path)!r}).read(), 'q.a3m')
+        assert len(aligned) == 1 and len(aligned[0]) == 2_500_000 and len(deletions[0]) == 2_500_000
+        print('read')""", timeout=60)
+    assert proc.returncode == 0 and proc.stdout.strip() == "read", proc.stderr[-2000:]
+    assert time.monotonic() - start < 30
+
+
+def test_alignment_line_and_sequence_counts_are_bounded_before_the_lines_are_made(monkeypatch):
+    with pytest.raises(KitError) as e:
+        records.parse_a3m("\n" * (records.MAX_ALIGNMENT_LINES + 1), "0.db (q.a3m)")
+    one_line(e, "0.db (q.a3m)", f"more than {records.MAX_ALIGNMENT_LINES} lines")
+    monkeypatch.setattr(records, "MAX_A3M_SEQUENCES", 3)
+    assert len(records.parse_a3m(">a\nAC\n>b\nAC\n>c\nA-\n", "x")[0]) == 3
+    with pytest.raises(KitError) as e:
+        records.parse_a3m(">a\nAC\n>b\nAC\n>c\nA-\n>d\nAC\n", "0.db (q.a3m)")
+    one_line(e, "0.db (q.a3m) line 7", "more than 3 sequences")
+    with pytest.raises(KitError) as e:
+        records.parse_a3m(">a\n" + "A" * (records.MAX_A3M_LINE + 1) + "\n", "0.db (q.a3m)")
+    one_line(e, "line 2", "characters")
+
+
+HHR_HIT = """No 1
+>1abc_A mol:protein length:9  XYZ
+Probab=99.00  E-value=1.2e-10  Score=50.00  Aligned_cols=8  Identities=75%  Similarity=0.9  Sum_probs=7.5  Template_Neff=1.0
+
+Q 101m_A            3 MKV-LAE   8 (11)
+T 1abc_A            1 MKVALA-   6 (9)
+"""
+
+
+def test_an_hhr_summary_line_that_backtracks_is_read_at_once(tmp_path):
+    """A 3.7 KB summary line of repeated keys and no Template_Neff: the reference's eight
+    greedy groups tried every way to split it (hours). Found with str.rfind, linear."""
+    line = "Probab=" + "E-value=1 Score=2 Aligned_cols=3 Identities=4% Similarity=5 Sum_probs=6 " * 50
+    assert 3600 < len(line) < 3800
+    path = tmp_path / "x.hhr"
+    path.write_text(HHR_HIT.replace(HHR_HIT.splitlines()[2], line))
+    start = time.monotonic()
+    proc = child(f"from hpckit.openfold import records\nrecords.parse_hhr(open({str(path)!r}).read(), '0.db (x.hhr)')",
+                 timeout=60)
+    child_line(proc, "0.db (x.hhr)", "is not the hit's summary line")
+    assert time.monotonic() - start < 30
+
+
+# The reference's patterns (parsers.py:274-279, 310, 336): the oracle the linear parsers are
+# compared with, on short generated lines (where backtracking is cheap).
+REF_SUMMARY = re.compile("Probab=(.*)[\t ]*E-value=(.*)[\t ]*Score=(.*)[\t ]*Aligned_cols=(.*)[\t ]*Identities=(.*)%"
+                         "[\t ]*Similarity=(.*)[\t ]*Sum_probs=(.*)[\t ]*Template_Neff=(.*)")
+REF_QUERY = re.compile(r"[\t ]*([0-9]*) ([A-Z-]*)[\t ]*([0-9]*) \([0-9]*\)")
+REF_HIT = re.compile(r"[\t ]*([0-9]*) ([A-Z-]*)[\t ]*[0-9]* \([0-9]*\)")
+
+
+def test_the_linear_hhr_parsers_find_the_references_groups():
+    """30,000 generated summary lines (keys repeated, missing, blanks and '%' anywhere) and
+    60,000 alignment lines: the same groups as the reference's regular expressions, or no
+    match where the reference's fails or gives a number it cannot read."""
+    import random
+    rng = random.Random(48)
+    keys = ["E-value=", "Score=", "Aligned_cols=", "Identities=", "%", "Similarity=", "Sum_probs=", "Template_Neff="]
+    fills = keys + [" ", "\t", "1", "x", "%", " %", "% ", "%\t ", "  "]
+    matched = 0
+    for _ in range(30_000):
+        parts = ["Probab=", "".join(rng.choice(fills) for _ in range(rng.choice([0, 1, 1, 2, 3])))]
+        for key in keys:
+            if key == "Similarity=":
+                parts.append(rng.choice(["", " ", "\t ", "  "]))
+            parts += [key, "".join(rng.choice(fills) for _ in range(rng.choice([0, 0, 1, 1, 2, 3])))]
+        parts = [p for p in parts if rng.random() > 0.03]
+        line = "".join(parts)
+        m = REF_SUMMARY.match(line)
+        assert records._hhr_summary(line) == (list(m.groups()) if m else None), line
+        matched += m is not None
+    assert matched > 10_000
+    blanks, digits, residues = ["", " ", "  ", "\t", " \t "], ["", "1", "23", "007"], ["", "A", "AB-C", "--"]
+    used = 0
+    for _ in range(30_000):
+        parts = [rng.choice(blanks), rng.choice(digits), " ", rng.choice(residues), rng.choice(blanks),
+                 rng.choice(digits), " (", rng.choice(digits), ")", rng.choice(["", "x", " 5 (3)"])]
+        parts = [p for p in parts if rng.random() > 0.05]
+        if rng.random() < 0.2:
+            parts.insert(rng.randrange(len(parts) + 1), rng.choice([" ", "1", "A", "(", ")", "x", "\t"]))
+        text = "".join(parts)
+        for pattern, template in ((REF_QUERY, False), (REF_HIT, True)):
+            m = pattern.match(text)
+            usable = m is not None and m.group(1) and (template or m.group(3))
+            want = (m.group(1), m.group(2), None if template else m.group(3)) if usable else None
+            assert records._hhr_alignment_line(text, template) == want, (text, template)
+            used += bool(usable)
+    assert used > 20_000
+
+
+@pytest.mark.parametrize("edit, words", [
+    (("Aligned_cols=8", "Aligned_cols=nan"), "Aligned_cols is nan"),
+    (("Aligned_cols=8", "Aligned_cols=1e999"), "Aligned_cols is inf"),
+    (("Sum_probs=7.5", "Sum_probs=nan"), "Sum_probs is nan"),
+    (("Sum_probs=7.5", "Sum_probs=-inf"), "Sum_probs is -inf"),
+    (("Q 101m_A            3 MKV", "Q 101m_A            " + "9" * 5000 + " MKV"), "5000 digits"),
+    (("T 1abc_A            1 MKV", "T 1abc_A            " + "9" * 30 + " MKV"), "30 digits"),
+    (("No 1", "No " + "9" * 5000), "does not end with the hit's number"),
+    (("XYZ", "X" * (1 << 16)), "characters, more than the 65536"),
+])
+def test_a_non_finite_or_huge_hhr_field_is_one_line(edit, words):
+    """int() of a NaN or infinite Aligned_cols, or of a 5,000-digit index, raised; a NaN
+    Sum_probs ordered the templates at random and stood in their features."""
+    text = HHR_HIT.replace(*edit)
+    assert text != HHR_HIT
+    with pytest.raises(KitError) as e:
+        records.parse_hhr(text, "0.db (x.hhr)")
+    one_line(e, "0.db (x.hhr)", words)
+
+
+def test_a_hit_whose_query_lines_are_gaps_only_is_one_line():
+    """The reference's min() of no residue index (a ValueError) where the query's aligned
+    residues are all gaps; a template of gaps only is 'too short', as the reference rejects it."""
+    text = HHR_HIT.replace("3 MKV-LAE   8", "3 -------   2").replace("1 MKVALA-   6", "1 MKVALAQ   7")
+    [hit] = records.parse_hhr(text, "x")
+    assert hit.indices_query == [-1] * 7
+    with pytest.raises(KitError) as e:
+        features.query_to_hit_mapping("MKVLAEGQR", hit, "0.db (x.hhr)")
+    one_line(e, "0.db (x.hhr)", "hit 1", "query lines hold gaps only")

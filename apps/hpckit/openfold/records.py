@@ -668,6 +668,39 @@ def load_mmcif_dict(dicts_dir: str | os.PathLike, pdb_id: str) -> dict:
 
 # ----------------------------------------------------------------- alignments
 
+# Bounds of the alignments (docs/security.md "Bounds"). OpenProteinSet's entries hold four files
+# (uniref90_hits.a3m, bfd_uniclust_hits.a3m, mgnify_hits.a3m, pdb70_hits.hhr); its largest a3m
+# files are some hundred MB; jackhmmer and hhblits write up to some ten thousand sequences
+# (uniref90 at most 10,000, mgnify 5,000), hhsearch alignment lines of 80 residues and
+# descriptions of some hundred characters. Each bound is far above these, and each is checked
+# before the work it bounds (a range before it is read, the lines before they are split).
+MAX_ENTRY_FILES = 16               # files of one super.index entry
+MAX_ENTRY_BYTES = MAX_INPUT_BYTES  # 1 GiB: one entry's files together (each range disjoint from the others)
+MAX_FILE_NAME = 255                # characters of a file name in an entry
+MAX_ALIGNMENT_LINES = 1 << 22      # lines of one a3m or hhr file
+MAX_A3M_LINE = 1 << 20             # characters of one a3m line (a whole sequence with its insertions)
+MAX_A3M_SEQUENCES = 1 << 20        # sequences of one a3m file
+MAX_HHR_LINE = 1 << 16             # characters of one hhr line
+MAX_HHR_NUMBER = 18                # digits of a number in an hhr (a hit's number, a residue index)
+# what str.splitlines breaks lines at (as the reference's parsers split): counted before splitting
+_LINE_BREAKS = ("\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+
+
+def split_lines(text: str, where: str, max_line: int) -> list[str]:
+    """text.splitlines(), refused (one KitError naming `where`) where it would make more than
+    MAX_ALIGNMENT_LINES lines (counted before the list is made: a file of line breaks alone would
+    be a list of a billion strings) or a line longer than `max_line` characters."""
+    breaks = sum(text.count(c) for c in _LINE_BREAKS)   # "\r\n" counted twice: a bound, not the count
+    if breaks > MAX_ALIGNMENT_LINES:
+        raise KitError(f"{where}: more than {MAX_ALIGNMENT_LINES} lines (an alignment file is read to that many)")
+    lines = text.splitlines()
+    if lines and max(map(len, lines)) > max_line:
+        n = next(i for i, line in enumerate(lines, 1) if len(line) > max_line)
+        raise KitError(f"{where} line {n}: {len(lines[n - 1])} characters, more than the {max_line} a line of this "
+                       "file is read to")
+    return lines
+
+
 class AlignmentIndex:
     """The alignments' super index (load_alignments_super_index, alignments.py:20-34: JSON
     {pdb_chain_id: {"db": shard file name, "files": [[file name, start, size], ...]}}, written
@@ -718,16 +751,28 @@ class AlignmentIndex:
         if type(value) is not dict or "db" not in value or "files" not in value or type(value["files"]) is not list:
             raise KitError(f"{where}: not an entry {{\"db\": ..., \"files\": [[name, start, size], ...]}}")
         shard = self.shard_path(value["db"], where)
-        files, names = [], set()
+        if len(value["files"]) > MAX_ENTRY_FILES:
+            raise KitError(f"{where}: {len(value['files'])} files, more than the {MAX_ENTRY_FILES} an entry is read "
+                           "with (the reference's have four)")
+        files, names, total = [], set(), 0
         for i, item in enumerate(value["files"]):
             ok = (type(item) is list and len(item) == 3 and type(item[0]) is str and item[0]
-                  and all(type(n) is int and 0 <= n <= 1 << 62 for n in item[1:]))
+                  and len(item[0]) <= MAX_FILE_NAME and all(type(n) is int and 0 <= n <= 1 << 62 for n in item[1:]))
             if not ok:
                 raise KitError(f"{where}: files[{i}] is not [file name, start >= 0, size >= 0]")
             if item[0] in names:
-                raise KitError(f"{where}: files[{i}] names {item[0]!r:.60} again")
+                raise KitError(f"{where}: files[{i}] names {describe(item[0], 60)} again")
             names.add(item[0])
+            total += item[2]
+            if total > MAX_ENTRY_BYTES:
+                raise KitError(f"{where}: its files hold more than the {MAX_ENTRY_BYTES} bytes one entry's alignments "
+                               "are read to")
             files.append((item[0], item[1], item[2]))
+        spans = sorted((start, start + size, name) for name, start, size in files if size)
+        for (_, end, name), (start, _, other) in zip(spans, spans[1:]):
+            if start < end:    # the preprocessing concatenates each file once: an entry's ranges are disjoint
+                raise KitError(f"{where}: files {describe(name, 60)} and {describe(other, 60)} overlap in the shard "
+                               f"(bytes {start} to {end}; the reference's entries hold each byte once)")
         return shard, files
 
     def load(self, key: str) -> dict[str, str]:
@@ -743,9 +788,6 @@ class AlignmentIndex:
                 if end > st.st_size:
                     raise KitError(f"{shard}: {st.st_size} bytes, but {self.path} key '{key}' puts {name} at bytes "
                                    f"{start} to {end} (a truncated shard, or a damaged index)")
-                if size > MAX_INPUT_BYTES:
-                    raise KitError(f"{self.path} key '{key}': {name} is {size} bytes, more than the {MAX_INPUT_BYTES} "
-                                   "an alignment file is read to")
                 buf = bytearray(size)
                 rawread.read_into(fd, shard, rawread.Extent(start, np.dtype(np.uint8), (size,)),
                                   np.frombuffer(buf, dtype=np.uint8), f"{name} of {key}")
@@ -781,17 +823,25 @@ def parse_fasta(text: str, where: str) -> tuple[list[str], list[str]]:
     '>' starts a sequence, '#' lines and blank lines skipped. A sequence line before the first
     '>' (an IndexError there) is one KitError naming `where`."""
     sequences, descriptions = [], []
-    for n, line in enumerate(text.splitlines(), 1):
+    parts: list[str] | None = None     # the lines of the sequence being read, joined once (linear time)
+    for n, line in enumerate(split_lines(text, where, MAX_A3M_LINE), 1):
         line = line.strip()
         if line.startswith(">"):
+            if parts is not None:
+                sequences.append("".join(parts))
+            if len(descriptions) >= MAX_A3M_SEQUENCES:
+                raise KitError(f"{where} line {n}: more than {MAX_A3M_SEQUENCES} sequences (an alignment is read "
+                               "to that many)")
             descriptions.append(line[1:])
-            sequences.append("")
+            parts = []
         elif line.startswith("#") or not line:
             continue
-        elif not sequences:
+        elif parts is None:
             raise KitError(f"{where} line {n}: a sequence before the first '>' header")
         else:
-            sequences[-1] += line
+            parts.append(line)
+    if parts is not None:
+        sequences.append("".join(parts))
     return sequences, descriptions
 
 
@@ -821,11 +871,11 @@ def parse_a3m(text: str, where: str) -> tuple[list[str], list[list[int]]]:
     width = len(aligned[0])
     for i, seq in enumerate(aligned):
         if len(seq) != width:
-            raise KitError(f"{where} sequence {i} ({descriptions[i][:40]!r}): {len(seq)} aligned columns, the "
+            raise KitError(f"{where} sequence {i} ({describe(descriptions[i])}): {len(seq)} aligned columns, the "
                            f"query has {width}")
         bad = set(seq) - HHBLITS_AA_TO_ID.keys()
         if bad:
-            raise KitError(f"{where} sequence {i} ({descriptions[i][:40]!r}): {sorted(bad)[0]!r} is not in "
+            raise KitError(f"{where} sequence {i} ({describe(descriptions[i])}): {sorted(bad)[0]!r} is not in "
                            "hhblits' alphabet")
     return aligned, deletion_matrix
 
@@ -843,11 +893,101 @@ class TemplateHit:
     indices_hit: list
 
 
-_HHR_SUMMARY = re.compile(   # parsers.py:274-279
-    "Probab=(.*)[\t ]*E-value=(.*)[\t ]*Score=(.*)[\t ]*Aligned_cols=(.*)[\t ]*Identities=(.*)%[\t ]*"
-    "Similarity=(.*)[\t ]*Sum_probs=(.*)[\t ]*Template_Neff=(.*)")
-_HHR_QUERY = re.compile(r"[\t ]*([0-9]*) ([A-Z-]*)[\t ]*([0-9]*) \([0-9]*\)")    # parsers.py:310
-_HHR_HIT = re.compile(r"[\t ]*([0-9]*) ([A-Z-]*)[\t ]*[0-9]* \([0-9]*\)")       # parsers.py:336
+# The reference reads an hhr with three regular expressions (parsers.py:274-279, 310, 336) whose
+# greedy groups backtrack: its summary line's eight `(.*)` made a 3.7 KB line take hours, its
+# alignment lines' runs of blanks are quadratic. The kit finds the same groups without a
+# regular expression that can backtrack (each helper below says how it matches the reference's
+# result), in time linear in the line, on lines of at most MAX_HHR_LINE characters.
+_SUMMARY_START = "Probab="
+# the literals between the summary's eight groups; the fifth is '%', blanks, 'Similarity='
+_SUMMARY_KEYS = ("E-value=", "Score=", "Aligned_cols=", "Identities=", "Similarity=", "Sum_probs=", "Template_Neff=")
+_DIGITS = re.compile(r"[0-9]*")       # single runs of one class: matched once, never backtracked
+_BLANKS = re.compile(r"[\t ]*")
+_RESIDUES = re.compile(r"[A-Z-]*")
+
+
+def _hhr_summary(line: str) -> list[str] | None:
+    """The eight groups of the reference's summary pattern ("Probab=(.*)[\\t ]*E-value=(.*)...
+    Template_Neff=(.*)", re.match), or None where it does not match. Its greedy groups take the
+    last place of each literal that leaves room for the ones after it; so, from the right: the
+    last 'Template_Neff=', the last 'Sum_probs=' before it, ..., the last 'E-value=' before
+    'Score=', each found with str.rfind (the `[\\t ]*` before each literal matches nothing:
+    the group before it takes the blanks; only '%' and 'Similarity=' have blanks between them
+    that no group takes)."""
+    if not line.startswith(_SUMMARY_START):
+        return None
+    lo = len(_SUMMARY_START)
+    hi = len(line)
+    cuts: list[tuple[int, int]] = []     # (where the group before a literal ends, where the next group starts)
+    for key in reversed(_SUMMARY_KEYS):
+        at = line.rfind(key, lo, hi)
+        if key == "Similarity=":     # '%' [\t ]* 'Similarity=': the last whose '%' stands before its blanks
+            while at >= 0:
+                j = at
+                while j > lo and line[j - 1] in "\t ":
+                    j -= 1
+                if j > lo and line[j - 1] == "%":
+                    break
+                at = line.rfind(key, lo, at + len(key) - 1)
+            if at < 0:
+                return None
+            cuts.append((j - 1, at + len(key)))
+            hi = j - 1
+            continue
+        if at < 0:
+            return None
+        cuts.append((at, at + len(key)))
+        hi = at
+    cuts.reverse()
+    groups, start = [], lo
+    for end, nxt in cuts:
+        groups.append(line[start:end])
+        start = nxt
+    groups.append(line[start:])
+    return groups
+
+
+def _hhr_alignment_line(text: str, template: bool) -> tuple[str, str, str | None] | None:
+    """(start, residues, end) of a Q line's text after its 17 characters of label and name, as
+    the reference's `[\\t ]*([0-9]*) ([A-Z-]*)[\\t ]*([0-9]*) \\([0-9]*\\)` gives them where its
+    start and end are numbers (the only results the reference can use: it takes int() of both);
+    for a T line (`template`, the end not captured: `[\\t ]*([0-9]*) ([A-Z-]*)[\\t ]*[0-9]*
+    \\([0-9]*\\)`), (start, residues, None) where the start is a number. None where the
+    reference's match fails or yields an empty number. Blanks, digits and residues are disjoint
+    classes, so a match with the numbers it needs takes each run whole, and that is the first
+    match the pattern's backtracking finds; the one exception, a T line whose end is absent, is
+    the blank before '(' taken by the literal space."""
+    i = _BLANKS.match(text).end()
+    j = _DIGITS.match(text, i).end()
+    if j == i or text[j:j + 1] != " ":
+        return None
+    start = text[i:j]
+    k = _RESIDUES.match(text, j + 1).end()
+    residues = text[j + 1:k]
+    m = _BLANKS.match(text, k).end()
+    n = _DIGITS.match(text, m).end()
+    end = text[m:n]
+    if end:
+        at = n
+    elif template and m > k and text[m - 1] == " ":
+        at = m - 1                    # `[0-9]*` empty, the last blank the literal ' '
+    else:
+        return None
+    if text[at:at + 2] != " (":
+        return None
+    close = _DIGITS.match(text, at + 2).end()
+    if text[close:close + 1] != ")":
+        return None
+    return start, residues, (end if not template else None)
+
+
+def _hhr_int(text: str, where: str, what: str) -> int:
+    """int(text) of a number the hhr holds (ASCII digits, as the reference's patterns take them),
+    of at most MAX_HHR_NUMBER digits."""
+    if len(text) > MAX_HHR_NUMBER:
+        raise KitError(f"{where}: {what} has {len(text)} digits (a residue index or hit number has at most "
+                       f"{MAX_HHR_NUMBER})")
+    return int(text)
 
 
 def _hhr_indices(sequence: str, start: int, out: list) -> None:
@@ -864,51 +1004,64 @@ def _parse_hhr_hit(lines: list[str], where: str) -> TemplateHit:
     """One hit's detailed section, as _parse_hhr_hit reads it (parsers.py:254-355): 'No <n>',
     '>name', the summary line, then the Q and T alignment lines (17 characters of label and
     name, then start, residues, end and length); the reference's RuntimeErrors, ValueErrors and
-    asserts are KitErrors naming `where`."""
+    asserts are KitErrors naming `where`, and so are an aligned_cols or sum_probs that is not a
+    finite number (the reference's int() fails on the one, the other would order the hits and
+    stand in the template features as NaN)."""
     if len(lines) < 3:
         raise KitError(f"{where}: the hit's section has {len(lines)} lines (No, >name and the summary at least)")
+    words = lines[0].split()
     try:
-        number = int(lines[0].split()[-1])
+        if len(words[-1]) > MAX_HHR_NUMBER:
+            raise ValueError
+        number = int(words[-1])
     except (ValueError, IndexError):
-        raise KitError(f"{where}: {lines[0][:40]!r} does not end with the hit's number") from None
+        raise KitError(f"{where}: {describe(lines[0])} does not end with the hit's number") from None
     name = lines[1][1:]
-    match = _HHR_SUMMARY.match(lines[2])
-    if match is None:
-        raise KitError(f"{where}: {lines[2][:60]!r} is not the hit's summary line (Probab=... Template_Neff=...)")
+    groups = _hhr_summary(lines[2])
+    if groups is None:
+        raise KitError(f"{where}: {describe(lines[2], 60)} is not the hit's summary line (Probab=... Template_Neff=...)")
     try:
-        _prob, _evalue, _score, aligned_cols, _ident, _sim, sum_probs, _neff = (float(x) for x in match.groups())
+        _prob, _evalue, _score, aligned_cols, _ident, _sim, sum_probs, _neff = (float(x) for x in groups)
     except ValueError:
-        raise KitError(f"{where}: the summary line {lines[2][:60]!r} holds a value that is not a number") from None
-    query, hit, indices_query, indices_hit = "", "", [], []
+        raise KitError(f"{where}: the summary line {describe(lines[2], 60)} holds a value that is not a number") \
+            from None
+    for key, value in (("Aligned_cols", aligned_cols), ("Sum_probs", sum_probs)):
+        if not math.isfinite(value):
+            raise KitError(f"{where}: the summary line's {key} is {value}, not a finite number")
+    query, hit, indices_query, indices_hit = [], [], [], []
     block = None
     for n, line in enumerate(lines[3:], 4):
         if line.startswith("Q ") and not line.startswith(("Q ss_dssp", "Q ss_pred", "Q Consensus")):
-            m = _HHR_QUERY.match(line[17:])
-            if m is None or not m.group(1) or not m.group(3):
-                raise KitError(f"{where} line {n}: cannot parse the query line {line[:60]!r}")
-            start, delta, end = int(m.group(1)) - 1, m.group(2), int(m.group(3))
+            parsed = _hhr_alignment_line(line[17:], template=False)
+            if parsed is None:
+                raise KitError(f"{where} line {n}: cannot parse the query line {describe(line, 60)}")
+            start = _hhr_int(parsed[0], f"{where} line {n}", "the query line's start") - 1
+            delta = parsed[1]
+            end = _hhr_int(parsed[2], f"{where} line {n}", "the query line's end")
             block = end - start + delta.count("-")
             if block != len(delta):
                 raise KitError(f"{where} line {n}: the query line's residues do not span {start + 1} to {end}")
-            query += delta
+            query.append(delta)
             _hhr_indices(delta, start, indices_query)
         elif line.startswith("T ") and not line.startswith(("T ss_dssp", "T ss_pred", "T Consensus")):
-            m = _HHR_HIT.match(line[17:])
-            if m is None or not m.group(1):
-                raise KitError(f"{where} line {n}: cannot parse the template line {line[:60]!r}")
-            delta = m.group(2)
+            parsed = _hhr_alignment_line(line[17:], template=True)
+            if parsed is None:
+                raise KitError(f"{where} line {n}: cannot parse the template line {describe(line, 60)}")
+            delta = parsed[1]
             if block != len(delta):
                 raise KitError(f"{where} line {n}: the template line's residues are not as many as its query "
                                "line's")
-            hit += delta
-            _hhr_indices(delta, int(m.group(1)) - 1, indices_hit)
-    return TemplateHit(number, name, int(aligned_cols), sum_probs, query, hit, indices_query, indices_hit)
+            hit.append(delta)
+            _hhr_indices(delta, _hhr_int(parsed[0], f"{where} line {n}", "the template line's start") - 1,
+                         indices_hit)
+    return TemplateHit(number, name, int(aligned_cols), sum_probs, "".join(query), "".join(hit), indices_query,
+                       indices_hit)
 
 
 def parse_hhr(text: str, where: str) -> list[TemplateHit]:
     """The hits of an hhr file, as parse_hhr finds them (parsers.py:358-373): each paragraph
-    from a line starting 'No ' to the next."""
-    lines = text.splitlines()
+    from a line starting 'No ' to the next; the file's lines bounded first (split_lines)."""
+    lines = split_lines(text, where, MAX_HHR_LINE)
     starts = [i for i, line in enumerate(lines) if line.startswith("No ")]
     starts.append(len(lines))
     return [_parse_hhr_hit(lines[a:b], f"{where} hit at line {a + 1}") for a, b in zip(starts, starts[1:])]
