@@ -384,3 +384,134 @@ def test_a_hit_whose_query_lines_are_gaps_only_is_one_line():
     with pytest.raises(KitError) as e:
         features.query_to_hit_mapping("MKVLAEGQR", hit, "0.db (x.hhr)")
     one_line(e, "0.db (x.hhr)", "hit 1", "query lines hold gaps only")
+
+
+# ----------------------------------------------------------------- the checkpoint
+
+@pytest.fixture(scope="module")
+def trained():
+    """The mini model and its Adam after one step: a resumable checkpoint's parts."""
+    torch.manual_seed(0)
+    model = M.build_model(MINI)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-6)
+    sum(p.sum() for p in model.parameters()).backward()
+    opt.step()
+    return model, opt
+
+
+def _resumable(trained, edit=None) -> dict:
+    model, opt = trained
+    sd = opt.state_dict()
+    sd = {"state": {k: dict(v) for k, v in sd["state"].items()},
+          "param_groups": [dict(g) for g in sd["param_groups"]]}
+    if edit:
+        edit(sd)
+    return {"iteration": 0, "alphafold_state_dict": model.state_dict(), "optimizer_state_dict": sd}
+
+
+def _set(path, value):
+    def edit(sd):
+        node = sd
+        for k in path[:-1]:
+            node = node[k]
+        node[path[-1]] = value(node[path[-1]]) if callable(value) else value
+    return edit
+
+
+@pytest.mark.parametrize("edit, words", [
+    (_set(("state", 3, "exp_avg"), torch.zeros(2, 2)), "state 3 (input_embedder.linear_tf_z_j.bias) exp_avg: shape"),
+    (_set(("state", 0, "exp_avg_sq"), lambda t: t.reshape(-1)), "exp_avg_sq: shape"),
+    (_set(("state", 0, "exp_avg_sq"), lambda t: t - 1), "negative values"),
+    (_set(("state", 0, "exp_avg"), lambda t: t.to(torch.int64)), "not a dense floating-point tensor"),
+    (_set(("state", 0, "exp_avg"), lambda t: t.to_sparse()), "not a dense floating-point tensor"),
+    (_set(("state", 0, "exp_avg"), lambda t: t + float("nan")), "non-finite"),
+    (_set(("state", 0, "step"), torch.tensor(float("nan"))), "step: not a step count"),
+    (_set(("state", 0, "step"), torch.tensor([1.0, 2.0])), "step: not a step count"),
+    (_set(("state", 0, "step"), -3), "step: not a step count"),
+    (_set(("state", 0), lambda s: {"exp_avg": s["exp_avg"]}), "not Adam's state of a parameter"),
+    (_set(("state", 10 ** 6), {}), "state key 1000000 is not one of"),
+    (_set(("param_groups", 0, "betas"), (0.5, 0.999)), "betas is [0.5, 0.999], the config's"),
+    (_set(("param_groups", 0, "eps"), 1e-8), "eps is 1e-08"),
+    (_set(("param_groups", 0, "fused"), True), "fused is True"),
+    (_set(("param_groups", 0, "maximize"), True), "maximize is True"),
+    (_set(("param_groups", 0, "lr"), float("inf")), "lr is inf"),
+    (_set(("param_groups", 0, "params"), lambda p: p[:-1]), "parameters, the model"),
+    (_set(("param_groups", 0, "extra"), 1), "'extra', not a key of Adam's"),
+    (lambda sd: sd["param_groups"].append(dict(sd["param_groups"][0])), "2 param_groups"),
+])
+def test_a_resumable_checkpoint_whose_adam_state_the_run_cannot_use_is_one_line(trained, tmp_path, edit, words):
+    """Each of these passed the check; a wrong moment's shape then failed at the first Adam
+    step with a traceback, a negative square or NaN step made every parameter NaN, another
+    eps or betas trained with the file's values while the log showed the config's."""
+    path = tmp_path / "r.pt"
+    torch.save(_resumable(trained, edit), path)
+    with pytest.raises(KitError) as e:
+        T.read_checkpoint(str(path), MINI)
+    one_line(e, f"--checkpoint {path}", words)
+
+
+def test_a_resumable_checkpoint_the_run_can_use_is_read_and_loaded(trained, tmp_path):
+    path = tmp_path / "r.pt"
+    torch.save(_resumable(trained), path)
+    ckpt = T.read_checkpoint(str(path), MINI)
+    model = M.build_model(MINI)
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3, betas=(0.9, 0.999), eps=1e-6)
+    model.load_state_dict(ckpt.model_state)
+    opt.load_state_dict(ckpt.optimizer_state)
+    sum(p.sum() for p in model.parameters()).backward()
+    opt.step()
+    assert all(torch.isfinite(p).all() for p in model.parameters())
+
+
+def test_a_checkpoint_beyond_the_config_models_bound_is_refused_before_it_is_read(tmp_path):
+    """The bound is four float64 tensors a parameter and 64 MiB (the mini model: 66.7 MiB), no
+    longer 8 GiB whatever the model."""
+    n = M.parameter_count(MINI)
+    limit = T.checkpoint_limit(n)
+    assert limit == 32 * n + (64 << 20) and T.checkpoint_limit(93_229_082) < 3 << 30
+    path = tmp_path / "big.pt"
+    with open(path, "wb") as f:
+        f.truncate(limit + 1)
+    with pytest.raises(KitError) as e:
+        T.read_checkpoint(str(path), MINI)
+    one_line(e, f"--checkpoint {path}", f"{limit + 1} bytes, more than the {limit}")
+
+
+def test_a_checkpoint_is_held_in_memory_once(trained, tmp_path):
+    """The file's bytes were read whole, hashed, and loaded from a copy: its size twice (three
+    times while its pieces were joined). Now hashed in pieces and loaded from the same file:
+    the peak grows by about the tensors' size only."""
+    path = tmp_path / "r.pt"
+    big = torch.ones(12 << 20)   # 48 MiB of an unused entry, within the mini model's 66.7 MiB bound
+    torch.save({**_resumable(trained), "unused": big}, path)
+    size = path.stat().st_size
+    proc = child(f"""
+        import resource, torch
+        from hpckit.common.config import load_config
+        from hpckit.openfold import model as M, train as T
+        cfg = load_config('openfold', 'mini')
+        with torch.device('meta'):
+            M.AlphaFold(cfg)
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        ckpt = T.read_checkpoint({str(path)!r}, cfg)
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)""", timeout=120)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    grown = int(proc.stdout.split()[-1])
+    assert grown < 1.4 * size, (grown, size)
+
+
+def test_a_checkpoint_changed_while_it_is_read_is_refused(trained, tmp_path, monkeypatch):
+    path = tmp_path / "r.pt"
+    torch.save(_resumable(trained), path)
+    load = torch.load
+
+    def touching(f, **kw):
+        out = load(f, **kw)
+        with open(path, "ab") as g:
+            g.write(b"\0")
+        return out
+
+    monkeypatch.setattr(torch, "load", touching)
+    with pytest.raises(KitError) as e:
+        T.read_checkpoint(str(path), MINI)
+    one_line(e, f"--checkpoint {path}", "changed while it was read")
