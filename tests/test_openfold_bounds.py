@@ -515,3 +515,50 @@ def test_a_checkpoint_changed_while_it_is_read_is_refused(trained, tmp_path, mon
     with pytest.raises(KitError) as e:
         T.read_checkpoint(str(path), MINI)
     one_line(e, f"--checkpoint {path}", "changed while it was read")
+
+
+# ----------------------------------------------------------------- the settings
+
+@pytest.mark.parametrize("key, high", [("data.crop_size", 4096), ("data.num_recycling_iters", 32),
+                                       ("data.max_msa_clusters", 4096), ("data.max_extra_msa", 16384),
+                                       ("data.max_templates", 64),
+                                       ("data.n_train", 1 << 20), ("data.batch_size", 256),
+                                       ("data.loader_workers", 256), ("train.num_train_iters", 1 << 20),
+                                       ("train.val_max_sequence_length", 1 << 16)])
+def test_every_openfold_count_is_bounded(key, high):
+    """Any integer was taken: 7.45 GiB allocated counting the FLOPs of a large crop, and a
+    recycling count of 10^12 hung drawing the schedule. Each count now has a range."""
+    sets = [f"{key}={high}"]
+    if key == "train.num_train_iters":
+        sets.append("train.val_every_iters=16")
+    T.validate_config(load_config("openfold", "mini", sets))
+    for value in (high + 1, 10 ** 12):
+        with pytest.raises(KitError) as e:
+            T.validate_config(load_config("openfold", "mini", [f"{key}={value}"]))
+        one_line(e, key.split(".", 1)[1], str(high))
+
+
+def test_other_openfold_settings_are_bounded():
+    for sets, words in ((["optimizer.warmup_lr_iters=100000"], "warmup_lr_iters"),
+                        (["model.evoformer_stack.msa_dropout=1.5"], "msa_dropout"),
+                        (["model.structure_module.eps=.nan"], "structure_module.eps"),
+                        (["model.recycling_embedder.min_bin=30.0"], "min_bin"),
+                        (["model.template_pair_feat.inf=.inf"], "template_pair_feat.inf")):
+        with pytest.raises(KitError) as e:
+            T.validate_config(load_config("openfold", "mini", sets))
+        one_line(e, words)
+
+
+def test_the_flop_count_at_the_bounds_allocates_no_batch():
+    """The example batch is made on the meta device (its shapes from a small one): at every
+    bound together the count takes no more memory than at the mini config's sizes."""
+    sets = ["data.crop_size=4096", "data.max_msa_clusters=4096", "data.max_extra_msa=16384", "data.max_templates=64"]
+    proc = child(f"""
+        import resource
+        from hpckit.common.config import load_config
+        from hpckit.openfold import flops_sample
+        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+        model, step = flops_sample(load_config('openfold', 'mini', {sets!r}))
+        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before)""", timeout=300)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert int(proc.stdout.split()[-1]) < 200 << 10, proc.stdout    # KiB: under 200 MiB (the old batch: 7 GiB)

@@ -119,8 +119,19 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 # ------------------------------------------------------------------ the config
 
-def _int(value, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+def _int(value, low: int, high: int | None = None) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
+
+
+# Upper bounds of the run's counts (docs/security.md "Bounds"; the data pipeline's are
+# transforms.DATA_BOUNDS, the model's widths model.MAX_WIDTH and MAX_BLOCKS): what the
+# reference's data and runs use, generously, and finite (each of these was a loop or an
+# allocation of its size before the first sample).
+MAX_SAMPLES = 1 << 20         # data.n_train, n_valid: the reference selects 594,595 and 180
+MAX_LOCAL_BATCH = 256         # data.batch_size: the reference's runs take 1 a rank
+MAX_LOADER_WORKERS = 256      # data.loader_workers: the reference's 14 a rank
+MAX_TRAIN_ITERS = 1 << 20     # train.num_train_iters: the reference's 2,000 (warm-up and cycles within them)
+MAX_TRAIN_SAMPLES = 1 << 26   # num_train_iters x global batch drawn by the sampler: 2,000 x 2,048 = 4.1 M at most
 
 
 def _number(value, low: float) -> bool:
@@ -129,9 +140,11 @@ def _number(value, low: float) -> bool:
 
 def validate_config(cfg: dict) -> None:
     d, o, s, t = cfg["data"], cfg["optimizer"], cfg["swa"], cfg["train"]
-    for key in ("n_train", "n_valid", "batch_size"):
-        require(_int(d[key], 1), f"data.{key}", f"must be an integer >= 1 (got {d[key]!r})")
+    for key, high in (("n_train", MAX_SAMPLES), ("n_valid", MAX_SAMPLES), ("batch_size", MAX_LOCAL_BATCH)):
+        require(_int(d[key], 1, high), f"data.{key}", f"must be an integer in 1..{high} (got {d[key]!r:.40})")
     check_auto_or_count(d["loader_workers"], "data.loader_workers")
+    require(d["loader_workers"] == "auto" or d["loader_workers"] <= MAX_LOADER_WORKERS, "data.loader_workers",
+            f"must be auto or a count 0..{MAX_LOADER_WORKERS} (got {d['loader_workers']!r:.40})")
     TR.data_config(cfg)   # the pipeline's keys, each checked (a bad one names itself)
     require(o["name"] == "Adam", "optimizer.name", f"the reference trains with Adam (got {o['name']!r})")
     for key in ("base_lr", "warmup_lr_init", "weight_decay"):
@@ -152,8 +165,15 @@ def validate_config(cfg: dict) -> None:
     require(t["precision"] == "fp32", "train.precision",
             f"OpenFold trains in fp32 (the reference refuses bf16, fp16 and amp, train.py:470-471); got "
             f"{t['precision']!r}")
-    for key in ("num_train_iters", "val_every_iters", "gradient_accumulation_iters", "val_max_sequence_length"):
-        require(_int(t[key], 1), f"train.{key}", f"must be an integer >= 1 (got {t[key]!r})")
+    for key, high in (("num_train_iters", MAX_TRAIN_ITERS), ("val_every_iters", MAX_TRAIN_ITERS),
+                      ("gradient_accumulation_iters", MAX_TRAIN_ITERS),
+                      ("val_max_sequence_length", records.MAX_CHAIN_RESIDUES)):
+        require(_int(t[key], 1, high), f"train.{key}", f"must be an integer in 1..{high} (got {t[key]!r:.40})")
+    # the warm-up's learning rates are made at init (a float64 linspace of warmup_lr_iters): beyond the
+    # run's iterations none is ever used
+    require(o["warmup_lr_iters"] <= t["num_train_iters"], "optimizer.warmup_lr_iters",
+            f"must be at most train.num_train_iters ({t['num_train_iters']}): a warm-up past the run's end is never "
+            f"reached (got {o['warmup_lr_iters']})")
     accumulation = t["gradient_accumulation_iters"]
     for key, value in (("train.num_train_iters", t["num_train_iters"]), ("train.val_every_iters", t["val_every_iters"]),
                        ("optimizer.warmup_lr_iters", o["warmup_lr_iters"])):   # train.py:277-283
@@ -757,5 +777,8 @@ def train(args) -> int:
               f"{want_sha[:12]}..., this run starts from {start} ({have_sha[:12]}...): its log fails the rules' "
               "init_checkpoint_sha256sum check", file=sys.stderr, flush=True)
     global_batch = cfg["data"]["batch_size"] * launched.ranks.size
+    if cfg["train"]["num_train_iters"] * global_batch > MAX_TRAIN_SAMPLES:   # the sampler draws them all at init
+        raise KitError(f"config key 'train.num_train_iters': {cfg['train']['num_train_iters']} iterations of a global "
+                       f"batch of {global_batch} are more than the {MAX_TRAIN_SAMPLES} samples a run draws")
     return lifecycle.train(OpenFoldParts(cfg, launched, global_batch, args.data, layout, files, checkpoint),
                            args.output_dir)
