@@ -478,26 +478,30 @@ def test_a_checkpoint_beyond_the_config_models_bound_is_refused_before_it_is_rea
 
 
 def test_a_checkpoint_is_held_in_memory_once(trained, tmp_path):
-    """The file's bytes were read whole, hashed, and loaded from a copy: its size twice (three
-    times while its pieces were joined). Now hashed in pieces and loaded from the same file:
-    the peak grows by about the tensors' size only."""
+    """The file's bytes were read whole, hashed, and torch.load made the tensors from them: the
+    peak grew by twice the file's size (2.01 x measured). Now hashed in pieces and loaded from
+    the same descriptor: by about the tensors' size (1.01 x)."""
     path = tmp_path / "r.pt"
     big = torch.ones(12 << 20)   # 48 MiB of an unused entry, within the mini model's 66.7 MiB bound
     torch.save({**_resumable(trained), "unused": big}, path)
     size = path.stat().st_size
     proc = child(f"""
-        import resource, torch
+        import torch
         from hpckit.common.config import load_config
         from hpckit.openfold import model as M, train as T
         cfg = load_config('openfold', 'mini')
         with torch.device('meta'):
             M.AlphaFold(cfg)
-        before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024
+        def status(key):
+            return next(int(line.split()[1]) * 1024 for line in open('/proc/self/status') if line.startswith(key))
+        with open('/proc/self/clear_refs', 'w') as f:
+            f.write('5')      # the peak RSS (VmHWM) reset to the RSS now
+        base = status('VmRSS:')
         ckpt = T.read_checkpoint({str(path)!r}, cfg)
-        print(resource.getrusage(resource.RUSAGE_SELF).ru_maxrss * 1024 - before)""", timeout=120)
+        print(status('VmHWM:') - base)""", timeout=120)
     assert proc.returncode == 0, proc.stderr[-3000:]
     grown = int(proc.stdout.split()[-1])
-    assert grown < 1.4 * size, (grown, size)
+    assert grown < 1.4 * size, (grown, size)    # measured: 1.01 x (before: 2.01 x)
 
 
 def test_a_checkpoint_changed_while_it_is_read_is_refused(trained, tmp_path, monkeypatch):
