@@ -521,6 +521,39 @@ def test_a_checkpoint_changed_while_it_is_read_is_refused(trained, tmp_path, mon
     one_line(e, f"--checkpoint {path}", "changed while it was read")
 
 
+def checkpoint_with_pickle(path: Path, pickle_bytes: bytes) -> None:
+    """A torch.save zip whose data.pkl is `pickle_bytes` (the records torch writes kept)."""
+    import io
+    import zipfile
+    buf = io.BytesIO()
+    torch.save({"a": torch.zeros(1)}, buf)
+    src = zipfile.ZipFile(io.BytesIO(buf.getvalue()))
+    with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as out:
+        for info in src.infolist():
+            out.writestr(info.filename, pickle_bytes if info.filename.endswith("/data.pkl") else src.read(info.filename))
+
+
+@pytest.mark.parametrize("key, words", [("nested", "nested more than 32 deep"), ("doubled", "values")])
+def test_a_checkpoint_whose_pickle_crashes_torch_load_is_refused_before_it(tmp_path, key, words):
+    """torch.load's weights-only unpickler hashes each key it sets: a key nested a million deep
+    crashed it (SIGSEGV), one doubled through the memo 100 times hung it. The checkpoint's
+    pickle is bounded first, as the mmCIF dicts are."""
+    ops = fuzz.nested_tuple_ops(1_000_000) if key == "nested" else fuzz.doubled_tuple_ops(100)
+    path = tmp_path / "hostile.pt"
+    checkpoint_with_pickle(path, b"\x80\x02}" + ops + b"Ns.")
+    proc = child(f"from hpckit.common.config import load_config\nfrom hpckit.openfold import train as T\n"
+                 f"T.read_checkpoint({str(path)!r}, load_config('openfold', 'mini'))", timeout=120)
+    child_line(proc, f"--checkpoint {path}", "refused before torch.load", words)
+
+
+def test_a_checkpoint_that_is_no_torch_save_zip_is_one_line(tmp_path):
+    path = tmp_path / "legacy.pt"
+    torch.save({"a": torch.zeros(1)}, path, _use_new_zipfile_serialization=False)
+    with pytest.raises(KitError) as e:
+        T.read_checkpoint(str(path), MINI)
+    one_line(e, f"--checkpoint {path}", "zip")
+
+
 # ----------------------------------------------------------------- the settings
 
 @pytest.mark.parametrize("key, high", [("data.crop_size", 4096), ("data.num_recycling_iters", 32),

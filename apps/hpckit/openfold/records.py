@@ -510,6 +510,180 @@ def loads_builtins(raw: bytes, max_depth: int = MAX_PICKLE_DEPTH, max_values: in
     raise ValueError("the pickle has no STOP")
 
 
+class _Node:
+    """A value check_pickle_shape stands in for: a container or an object the pickle builds."""
+    __slots__ = ("size", "depth", "placed")
+
+    def __init__(self, size: int, depth: int):
+        self.size, self.depth, self.placed = size, depth, False
+
+
+_OPAQUE = _Node(1, 0)    # a global, a persistent id, an extension code or a buffer: one value, holds none
+_OPAQUE.placed = True
+
+
+def check_pickle_shape(raw: bytes, max_depth: int = MAX_PICKLE_DEPTH, max_values: int = MAX_PICKLE_VALUES) -> None:
+    """The bounds loads_builtins keeps, for a pickle another unpickler will build (torch.load's
+    weights-only one, which hashes every dict key it sets: a key nested a million deep crashed
+    it, one doubled through the memo hung it). Nothing is built or called: the opcodes are
+    decoded by pickletools.genops and each value stands as its size and depth (a constant as
+    itself, a container or an object a _Node, a global an opaque value). Refused (ValueError)
+    past `max_depth` or `max_values` (a container counted each place it stands), a dict key or
+    set item that is not a constant string, number, bytes or None, an integer of more than 64
+    bits, a container added to after it was placed, an opcode pickle does not define."""
+    stack: list = []
+    marks: list[int] = []
+    memo: dict = {}
+    total = 0
+
+    def count(n: int) -> None:
+        nonlocal total
+        total += n
+        if total > max_values:
+            raise ValueError(f"more than {max_values} values (a container shared through the memo counts each time "
+                             "it is used)")
+
+    def measure(items) -> tuple[int, int]:
+        size = depth = 0
+        for v in items:
+            if type(v) is _Node:
+                v.placed = True
+                size += v.size
+                if v.depth > depth:
+                    depth = v.depth
+            else:
+                size += 1
+        return size, depth
+
+    def new(items) -> None:
+        size, depth = measure(items)
+        if depth + 1 > max_depth:
+            raise ValueError(f"values nested more than {max_depth} deep")
+        if size + 1 > max_values:
+            raise ValueError(f"a container of more than {max_values} values, counting those it shares")
+        stack.append(_Node(size + 1, depth + 1))
+        count(1)
+
+    def add(items) -> None:
+        if not stack or type(stack[-1]) is not _Node or stack[-1] is _OPAQUE:
+            raise ValueError("an opcode adds to a value that is not a container")
+        size, depth = measure(items)
+        target = stack[-1]
+        if target.placed:
+            raise ValueError("a container is added to after it was placed in another (or in itself)")
+        target.size += size
+        target.depth = max(target.depth, depth + 1)
+        if target.depth > max_depth:
+            raise ValueError(f"values nested more than {max_depth} deep")
+        if target.size > max_values:
+            raise ValueError(f"a container of more than {max_values} values, counting those it shares")
+
+    def flat(keys, what: str) -> None:
+        for k in keys:
+            if type(k) not in _FLAT_TYPES:
+                raise ValueError(f"{what} is not a constant string, number, bytes or None")
+
+    def pop(n: int) -> list:
+        if len(stack) - (marks[-1] if marks else 0) < n:
+            raise ValueError("an opcode takes values there are not")
+        items = stack[-n:]
+        del stack[-n:]
+        return items
+
+    def pop_mark() -> list:
+        if not marks:
+            raise ValueError("an opcode takes a mark there is none of")
+        at = marks.pop()
+        items = stack[at:]
+        del stack[at:]
+        return items
+
+    def again(value) -> None:
+        count(value.size if type(value) is _Node else 1)
+        stack.append(value)
+
+    for op, arg, _pos in pickletools.genops(raw):
+        name = op.name
+        if name in _CONSTANTS:
+            if type(arg) is int and arg.bit_length() > MAX_PICKLE_INT_BITS:
+                raise ValueError(f"an integer of {arg.bit_length()} bits (at most {MAX_PICKLE_INT_BITS})")
+            stack.append(arg)
+            count(1)
+        elif name in _SINGLETONS:
+            stack.append(_SINGLETONS[name])
+            count(1)
+        elif name in ("PROTO", "FRAME", "READONLY_BUFFER"):
+            continue
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            if not stack:
+                raise ValueError(f"{name} of an empty stack")
+            memo[len(memo) if name == "MEMOIZE" else arg] = stack[-1]
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            if arg not in memo:
+                raise ValueError("GET of a memo entry never put")
+            again(memo[arg])
+        elif name == "DUP":
+            if not stack:
+                raise ValueError("DUP of an empty stack")
+            again(stack[-1])
+        elif name == "STOP":
+            if len(stack) != 1 or marks:
+                raise ValueError("the pickle ends with more than one value")
+            return
+        elif name == "MARK":
+            marks.append(len(stack))
+        elif name == "POP":
+            if marks and marks[-1] == len(stack):
+                marks.pop()
+            else:
+                pop(1)
+        elif name == "POP_MARK":
+            pop_mark()
+        elif name in ("GLOBAL", "PERSID", "EXT1", "EXT2", "EXT4", "NEXT_BUFFER"):
+            stack.append(_OPAQUE)
+            count(1)
+        elif name in ("STACK_GLOBAL", "BINPERSID"):
+            pop(2 if name == "STACK_GLOBAL" else 1)
+            stack.append(_OPAQUE)
+            count(1)
+        elif name in ("EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET", "EMPTY_TUPLE"):
+            new(())
+        elif name in ("LIST", "TUPLE", "OBJ", "INST"):
+            new(pop_mark())
+        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            new(pop(int(name[-1])))
+        elif name in ("REDUCE", "NEWOBJ", "NEWOBJ_EX"):
+            new(pop(3 if name == "NEWOBJ_EX" else 2))
+        elif name == "FROZENSET":
+            items = pop_mark()
+            flat(items, "a set's item")
+            new(items)
+        elif name == "DICT":
+            items = pop_mark()
+            if len(items) % 2:
+                raise ValueError("DICT of an odd number of values")
+            flat(items[::2], "a dict key")
+            new(items)
+        elif name in ("APPEND", "BUILD"):
+            add(pop(1))
+        elif name == "SETITEM":
+            items = pop(2)
+            flat(items[:1], "a dict key")
+            add(items)
+        elif name in ("APPENDS", "SETITEMS", "ADDITEMS"):
+            items = pop_mark()
+            if name == "SETITEMS":
+                if len(items) % 2:
+                    raise ValueError("SETITEMS of an odd number of values")
+                flat(items[::2], "a dict key")
+            elif name == "ADDITEMS":
+                flat(items, "a set's item")
+            add(items)
+        else:
+            raise ValueError(f"opcode {name}, which pickle does not define")
+    raise ValueError("the pickle has no STOP")
+
+
 _ENTRY_KEYS = {   # mmcif.py:196-206: the keys of one entry's mmcif_dict and their types
     "pdb_id": str, "exptl_method": str, "release_date": str, "resolution": (float, int),
     "author_chain_ids": list, "entity_id_to_mmcif_chain_ids": dict, "mmcif_chain_id_to_author_chain_id": dict,

@@ -252,6 +252,7 @@ def _load_once(path: str, what: str, limit: int) -> tuple[str, object]:
             while chunk := f.read(8 << 20):
                 digest.update(chunk)
                 n += len(chunk)
+            _check_checkpoint_pickle(f, what)
             f.seek(0)
         except OSError as e:
             raise KitError(f"{what}: cannot read ({_strerror(e)})") from None
@@ -265,6 +266,42 @@ def _load_once(path: str, what: str, limit: int) -> tuple[str, object]:
             before.st_size, before.st_mtime_ns, before.st_ctime_ns):
         raise KitError(f"{what}: changed while it was read (its sha256 would not be of the bytes loaded)")
     return digest.hexdigest(), loaded
+
+
+def _check_checkpoint_pickle(f, what: str) -> None:
+    """The pickle of a torch.save zip (its first record's folder's data.pkl, the record
+    torch.load unpickles), bounded before torch.load builds it (records.check_pickle_shape):
+    torch's weights-only unpickler hashes every dict key it sets, and a key nested a million
+    deep crashed it (SIGSEGV), one doubled through the memo hung it. At most CHECKPOINT_SLACK
+    bytes (the reference's is about a MB: the tensors' data are records of their own). A file
+    that is not such a zip (torch's legacy format) is refused: torch.save writes zips since
+    torch 1.6, and the reference's checkpoint is one."""
+    import zipfile
+    try:
+        f.seek(0)
+        with zipfile.ZipFile(f) as z:
+            infos = z.infolist()
+            first = infos[0].filename if infos else ""
+            name = f"{first.split('/', 1)[0]}/data.pkl"
+            info = next((i for i in infos if i.filename == name), None)
+            if "/" not in first or info is None:
+                raise KitError(f"{what}: not a PyTorch checkpoint: a zip without {name} (torch.save's layout)")
+            if info.file_size > CHECKPOINT_SLACK:
+                raise KitError(f"{what}: its {name} is {info.file_size} bytes, more than the {CHECKPOINT_SLACK} a "
+                               "checkpoint's pickle is read to")
+            with z.open(info) as member:
+                raw = member.read(CHECKPOINT_SLACK + 1)
+    except KitError:
+        raise
+    except Exception as e:   # not a zip, a damaged directory, a compression zipfile cannot read ...
+        raise KitError(f"{what}: not a PyTorch checkpoint in torch.save's zip format ({str(e)[:200] or type(e).__name__})") \
+            from None
+    if len(raw) > CHECKPOINT_SLACK:
+        raise KitError(f"{what}: its {name} holds more than the {CHECKPOINT_SLACK} bytes a checkpoint's pickle is read to")
+    try:
+        records.check_pickle_shape(raw)
+    except ValueError as e:
+        raise KitError(f"{what}: refused before torch.load builds it: its {name} {str(e)[:200]}") from None
 
 
 def _show_key(key) -> str:
