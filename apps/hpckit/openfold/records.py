@@ -396,13 +396,13 @@ def loads_builtins(raw: bytes, max_depth: int = MAX_PICKLE_DEPTH, max_values: in
 
     for op, arg, _pos in pickletools.genops(raw):
         name = op.name
-        if name in _CONSTANTS:
+        if name in _CONSTANTS:      # the most frequent: count() inlined
             if type(arg) is int and arg.bit_length() > MAX_PICKLE_INT_BITS:
                 raise ValueError(f"an integer of {arg.bit_length()} bits (at most {MAX_PICKLE_INT_BITS})")
             stack.append(arg)
-            count(1)
-        elif name in ("PROTO", "FRAME"):
-            continue
+            total += 1
+            if total > max_values:
+                count(0)
         elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
             if not stack:
                 raise ValueError("PUT of an empty stack")
@@ -422,6 +422,8 @@ def loads_builtins(raw: bytes, max_depth: int = MAX_PICKLE_DEPTH, max_values: in
         elif name in _SINGLETONS:
             stack.append(_SINGLETONS[name])
             count(1)
+        elif name in ("PROTO", "FRAME"):
+            continue
         elif name in _NAMING:
             module, _, attr = str(arg).partition(" ")
             raise PickleRefused(f"{module[:100]}.{attr[:100]}")
@@ -1020,6 +1022,7 @@ def parse_fasta(text: str, where: str) -> tuple[list[str], list[str]]:
 
 
 _LOWER = str.maketrans("", "", string.ascii_lowercase)
+_INSERTIONS = re.compile(r"[a-z]+")     # one class run: matched once where it starts, never backtracked
 
 
 def parse_a3m(text: str, where: str) -> tuple[list[str], list[list[int]]]:
@@ -1033,15 +1036,25 @@ def parse_a3m(text: str, where: str) -> tuple[list[str], list[list[int]]]:
         raise KitError(f"{where}: no sequence (an a3m file starts with its query)")
     deletion_matrix, aligned = [], []
     for i, seq in enumerate(sequences):
-        row, count = [], 0
-        for c in seq:
-            if c.islower():
-                count += 1
-            else:
-                row.append(count)
-                count = 0
+        residues = seq.translate(_LOWER)
+        if seq.isascii():   # str.islower is a-z here: each run of insertions counted into the column after it
+            row = [0] * len(residues)
+            removed = 0
+            for m in _INSERTIONS.finditer(seq):
+                start, end = m.span()
+                if start - removed < len(row):   # a run after the last residue counts into no column
+                    row[start - removed] = end - start
+                removed += end - start
+        else:
+            row, count = [], 0
+            for c in seq:
+                if c.islower():
+                    count += 1
+                else:
+                    row.append(count)
+                    count = 0
         deletion_matrix.append(row)
-        aligned.append(seq.translate(_LOWER))
+        aligned.append(residues)
     width = len(aligned[0])
     for i, seq in enumerate(aligned):
         if len(seq) != width:
