@@ -30,7 +30,13 @@ the .npy header's length, shape and dtype, LMDB's meta page and node sizes, HDF5
 JSON / YAML / log values swapped for another type or an extreme, keys removed or doubled,
 deep nesting, valid files of the wrong content written by the kit's writers (a tensor whose
 view lies past its storage, labels out of range, NaN), the file replaced by a FIFO, a
-directory or a symlink loop, and planted code: a pickle calling os.system / exec / eval /
+directory or a symlink loop; structural damage (issue 48): in OpenFold's mmCIF dicts a dict
+key nested deep or doubled through the memo, a value doubled through the memo or an integer
+of thousands of digits, a list holding itself, chains sharing one long sequence and its
+zeros' zlib (kilobytes inflating to gigabytes); in super.index overlapping, many or GiB
+ranges (of a shard grown sparse); in the alignments 250,000 or 5,000,000 lines, long lines,
+the hhr summary line that made the reference's regular expression backtrack, gap-only and
+thousand-digit fields; and planted code: a pickle calling os.system / exec / eval /
 subprocess in the LMDB `length` and records (also inside a torch storage), an .npy object
 array and a YAML python tag, each of which would create the file FUZZ-MARKER.
 
@@ -61,6 +67,7 @@ import json
 import os
 import pickle
 import random
+import re
 import select
 import shutil
 import signal
@@ -1360,6 +1367,37 @@ def deep_pickle(n: int) -> bytes:
     return b"\x80\x02" + b"]" * n + b"a" * (n - 1) + b"."
 
 
+# Structures pickle.dumps cannot make, as the opcodes that push them (issue 48): a tuple nested
+# `depth` deep (hashing it recursed past the C stack), one doubled through the memo `levels`
+# times (a kilobyte whose hash or repr never ends), an integer of `digits` digits (LONG4).
+def nested_tuple_ops(depth: int) -> bytes:
+    return b")" + b"\x85" * depth
+
+
+def doubled_tuple_ops(levels: int, memo_base: int = 1 << 20) -> bytes:
+    """T0 = (), T(k+1) = (Tk, Tk): each level put in the memo (LONG_BINPUT) and got back (LONG_BINGET)."""
+    return b")" + b"".join(b"r" + struct.pack("<I", memo_base + k) + b"j" + struct.pack("<I", memo_base + k) + b"\x86"
+                           for k in range(levels))
+
+
+def huge_int_ops(digits: int) -> bytes:
+    data = (10 ** digits - 1).to_bytes((10 ** digits).bit_length() // 8 + 1, "little", signed=True)
+    return b"\x8b" + struct.pack("<i", len(data)) + data
+
+
+def pickle_with(doc, holes: dict) -> bytes:
+    """pickle.dumps(doc) (protocol 3: bytes as bytes, no frames to keep right) with each placeholder string named
+    in `holes` replaced by the opcodes given for it (which push one value)."""
+    raw = pickle.dumps(doc, protocol=3)
+    for name, ops in holes.items():
+        enc = name.encode()
+        placeholder = b"X" + struct.pack("<I", len(enc)) + enc
+        if raw.count(placeholder) != 1:
+            raise ValueError(f"placeholder {name!r} is not in the pickle once")
+        raw = raw.replace(placeholder, ops)
+    return raw
+
+
 def _replace_at(node, path: tuple, value):
     """node with the value at path replaced (tuples rebuilt; None as value: the key removed)."""
     if not path:
@@ -1390,6 +1428,8 @@ def mmcif_dicts_mutation(data: bytes, rng: random.Random, planted: Path) -> tupl
         n = rng.choice([1000, 100000])
         return deep_pickle(n), f"{n} nested lists"
     doc = loads_builtins(data)
+    if op < 0.3:
+        return structural_dicts_mutation(doc, rng)
     paths = [p for p, _ in _paths(doc) if p]
     path = rng.choice(paths)
     where = ".".join(map(str, path))
@@ -1420,6 +1460,49 @@ def mmcif_dicts_mutation(data: bytes, rng: random.Random, planted: Path) -> tupl
     return pickle.dumps(doc, protocol=rng.choice([0, 2, pickle.HIGHEST_PROTOCOL])), what
 
 
+HOLE = "@FUZZ-HOLE@"
+
+
+def structural_dicts_mutation(doc: dict, rng: random.Random) -> tuple[bytes, str]:
+    """What pickle.dumps of a real dict cannot make, spliced in as opcodes (issue 48): a dict key
+    nested deep or doubled through the memo, a value (a shape, the resolution, anything) doubled
+    through the memo or an integer of thousands of digits, a list that holds itself, or an
+    entry's chains multiplied, all sharing one long sequence and its zeros' zlib through the memo
+    (kilobytes that inflate to gigabytes)."""
+    kind = rng.choice(["deep key", "doubled key", "doubled value", "huge int", "cycle", "shared atoms"])
+    pdb_id = rng.choice(sorted(doc))
+    entry = doc[pdb_id]
+    if kind.endswith("key"):
+        dicts = [p for p, v in _paths(doc) if isinstance(v, dict)]
+        path = rng.choice(dicts)
+        target = _replace_at(doc, path, {**_parent(doc, path + (None,)), HOLE: None}) if path else {**doc, HOLE: None}
+        ops = nested_tuple_ops(rng.choice([40, 1_000_000])) if kind == "deep key" else doubled_tuple_ops(
+            rng.choice([30, 100]))
+        return pickle_with(target, {HOLE: ops}), f"{kind} in {'.'.join(map(str, path)) or 'the file'}"
+    if kind in ("doubled value", "huge int"):
+        shapes = [p for p, v in _paths(doc) if isinstance(v, tuple) and v and all(isinstance(n, int) for n in v)]
+        paths = [p for p, _ in _paths(doc) if p]
+        path = rng.choice(shapes + [(pdb_id, "resolution")] * 2 + paths[:1] + [rng.choice(paths)])
+        if kind == "huge int" and path in shapes and rng.random() < 0.5:
+            path = path + (rng.randrange(len(_parent(doc, path + (None,)))),)
+        ops = doubled_tuple_ops(rng.choice([30, 100])) if kind == "doubled value" else huge_int_ops(
+            rng.choice([25, 400, 5000]))
+        return pickle_with(_replace_at(doc, path, HOLE), {HOLE: ops}), f"{'.'.join(map(str, path))} = {kind}"
+    if kind == "cycle":
+        loop: list = []
+        loop.append(loop)
+        path = rng.choice([p for p, _ in _paths(doc) if p])
+        return pickle.dumps(_replace_at(doc, path, loop), protocol=4), f"{'.'.join(map(str, path))} = a list in itself"
+    n, k = rng.choice([(70_000, 1), (20_000, 150), (3_000, 2000)])
+    ids = [f"Z{i}" for i in range(k)]
+    seq = "A" * n
+    arrays = {"all_atom_positions": (zlib.compress(bytes(n * 444), 9), (n, 37, 3)),
+              "all_atom_mask": (zlib.compress(bytes(n * 37), 9), (n, 37))}
+    doc = {**doc, pdb_id: {**entry, "author_chain_ids": ids, "sequences": {c: seq for c in ids},
+                           "atoms": {c: arrays for c in ids}}}
+    return pickle.dumps(doc, protocol=4), f"{pdb_id}: {k} chains of {n} residues sharing one sequence and its atoms"
+
+
 def _parent(doc, path: tuple):
     for k in path[:-1]:
         doc = doc[k]
@@ -1434,6 +1517,10 @@ def alignment_index_mutation(path: Path, data: bytes, rng: random.Random) -> str
     except ValueError:
         doc = None
     op = rng.random()
+    if op < 0.15 and isinstance(doc, dict) and doc:
+        what = index_ranges_mutation(path, doc, rng)
+        path.write_text(json.dumps(doc) + "\n")
+        return what
     if op < 0.45 and isinstance(doc, dict) and doc:
         key = rng.choice(sorted(doc))
         entry = doc[key]
@@ -1464,11 +1551,59 @@ def alignment_index_mutation(path: Path, data: bytes, rng: random.Random) -> str
     return json_mutation(path, data, rng)
 
 
-def alignment_text_mutation(text: str, rng: random.Random) -> tuple[str, str]:
-    """One alignment file (a3m or hhr) damaged at the level of its text."""
+def index_ranges_mutation(path: Path, doc: dict, rng: random.Random) -> str:
+    """An entry's byte ranges made to overlap (each file the whole shard, or one file at
+    another's bytes), made many, or made gibibytes of a shard grown sparse (issue 48: each read
+    whole was a MemoryError)."""
+    key = rng.choice(sorted(doc))
+    entry = doc[key]
+    if not (isinstance(entry, dict) and isinstance(entry.get("files"), list) and entry["files"]
+            and isinstance(entry.get("db"), str) and (path.parent / entry["db"]).is_file()):
+        return f"{key}: not an entry to mutate"
+    files, shard = entry["files"], path.parent / entry["db"]
+    kind = rng.choice(["whole shard", "another's bytes", "many", "gibibytes"])
+    if kind == "gibibytes":
+        size = 3 << 30      # past the bound whatever the entry's file count (1 GiB read whole is allowed)
+        os.truncate(shard, max(size, shard.stat().st_size))   # sparse: on no disk
+        for f in files:
+            f[1:] = [0, size]
+    elif kind == "whole shard":
+        for f in files:
+            f[1:] = [0, shard.stat().st_size]
+    elif kind == "another's bytes" and len(files) > 1:
+        files[-1][1:] = list(files[0][1:])
+    else:
+        entry["files"] = [[f"f{i}.a3m", 0, 1] for i in range(rng.choice([17, 10000]))]
+    return f"{key}: ranges {kind}"
+
+
+def alignment_text_mutation(text: str, rng: random.Random, name: str = "") -> tuple[str, str]:
+    """One alignment file (a3m or hhr: `name`) damaged at the level of its text."""
     lines = text.split("\n")
     i = rng.randrange(len(lines))
     op = rng.random()
+    if op < 0.12:   # the structural damage of issue 48: many lines, long lines, lines that backtracked
+        kind = rng.choice(["summary line", "gaps only", "digits", "long line"] if name.endswith(".hhr")
+                          else ["many lines", "long line"])
+        if kind == "many lines":
+            lines[i:i + 1] = [lines[i][:20]] * 250_000 if rng.random() < 0.5 else [""] * 5_000_000
+        elif kind == "long line":
+            lines[i] = lines[i] + "A" * rng.choice([70_000, 1 << 20])
+        elif kind == "summary line":
+            i = rng.choice([k for k, line in enumerate(lines) if line.startswith("Probab=")] or [i])
+            lines[i] = "Probab=" + "E-value=1 Score=2 Aligned_cols=3 Identities=4% Similarity=5 Sum_probs=6 " * 50 + \
+                rng.choice(["", "Template_Neff=1"])
+        elif kind == "gaps only":
+            q = [k for k, line in enumerate(lines) if line.startswith(("Q ", "T "))]
+            if q:
+                k = rng.choice(q)
+                lines[k] = lines[k][:17] + "".join("-" if c.isupper() else c for c in lines[k][17:])
+        else:
+            q = [k for k, line in enumerate(lines) if line.startswith(("Q ", "T ", "No "))]
+            if q:
+                k = rng.choice(q)
+                lines[k] = re.sub(r"[0-9]+", lambda m: "9" * rng.choice([19, 5000]), lines[k], count=1)
+        return "\n".join(lines), kind
     if op < 0.3:
         lines[i] = rng.choice(["", ">", "-" * 5000, "a" * 300, "\x00\xff", "Q" * 100000, "No 1", "Probab=1e999",
                                " 1 x y 2 3 4 5 6 7 8 9 10", ">x\n\n\n", "#" * 10, lines[i] * 50])
@@ -1499,7 +1634,7 @@ def alignment_shard_mutation(path: Path, data: bytes, rng: random.Random) -> str
     if spans and rng.random() < 0.6:
         key, k, (name, start, size) = rng.choice(spans)
         old = data[start:start + size].decode("utf-8", "replace")
-        new_text, what = alignment_text_mutation(old, rng)
+        new_text, what = alignment_text_mutation(old, rng, name)
         new = new_text.encode("utf-8", "surrogateescape")
         delta = len(new) - size
         _write(path, data[:start] + new + data[start + size:])

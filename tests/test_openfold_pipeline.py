@@ -377,7 +377,7 @@ def test_bad_config_mode_seed_and_source(data):
     layout, chains, index = data
     with pytest.raises(KitError, match="data.crop_sise: unknown key"):
         TR.data_config({"data": {"crop_sise": 3}})
-    with pytest.raises(KitError, match="data.max_msa_clusters: must be an integer >= 1"):
+    with pytest.raises(KitError, match=r"data.max_msa_clusters: must be an integer in 1\.\.4096"):
         TR.data_config({"data": {"max_msa_clusters": 0}})
     with pytest.raises(KitError, match="data.masked_msa_replace_fraction: must be a probability"):
         TR.data_config({"data": {"masked_msa_replace_fraction": 1.5}})

@@ -200,13 +200,18 @@ def hit_rejection(hit: records.TemplateHit, query_sequence: str, query_pdb_id: s
     return None
 
 
-def query_to_hit_mapping(query_sequence: str, hit: records.TemplateHit) -> dict[int, int]:
-    """_build_query_to_hit_index_mapping (templates.py:488-540)."""
+def query_to_hit_mapping(query_sequence: str, hit: records.TemplateHit, where: str = "pdb70_hits.hhr") -> dict[int, int]:
+    """_build_query_to_hit_index_mapping (templates.py:488-540). A hit whose query or template
+    lines are gaps only has no lowest index, the reference's min() a ValueError: one KitError
+    naming `where` here."""
     if not hit.query:
         return {}
     hhsearch_query = hit.query.replace("-", "")
     hit_sequence = hit.hit_sequence.replace("-", "")
     offset = query_sequence.find(hhsearch_query)
+    if not any(x > -1 for x in hit.indices_hit) or not any(x > -1 for x in hit.indices_query):
+        side = "template" if not any(x > -1 for x in hit.indices_hit) else "query"
+        raise KitError(f"{where}: hit {hit.index}: its {side} lines hold gaps only (no residue to align)")
     low_hit = min(x for x in hit.indices_hit if x > -1)
     low_query = min(x for x in hit.indices_query if x > -1)
     mapping = {}
@@ -259,7 +264,7 @@ def featurize_hit(hit: records.TemplateHit, query_sequence: str, max_template_da
     (features, None), or (None, why the hit gives none)."""
     pdb_id, chain = hit_pdb_chain(hit, where)
     pdb_id = _current_id(pdb_id, source)
-    mapping = query_to_hit_mapping(query_sequence, hit)
+    mapping = query_to_hit_mapping(query_sequence, hit, where)
     template_sequence = hit.hit_sequence.replace("-", "")
     mmcif = records.load_mmcif_dict(source.dicts_dir, pdb_id)
     if _date(mmcif["release_date"]) > max_template_date:     # the reference asserts it (templates.py:431-435)

@@ -1247,6 +1247,26 @@ MAX_WIDTH = 1 << 14
 MAX_BLOCKS = 256
 
 
+def _check_model_numbers(m: dict, prefix: str = "model") -> None:
+    """Every real-valued model setting finite and in the range its use needs: a dropout rate in
+    [0, 1), an inf, eps or scale factor > 0 (a NaN or infinite one makes every output NaN);
+    min_bin below max_bin."""
+    for key, value in m.items():
+        name = f"{prefix}.{key}"
+        if isinstance(value, dict):
+            _check_model_numbers(value, name)
+        elif isinstance(value, float):
+            require(math.isfinite(value), name, f"must be a finite number (got {value})")
+            if "dropout" in key:
+                require(0 <= value < 1, name, f"must be a rate in [0, 1) (got {value})")
+            elif key.startswith(("inf", "eps", "scale")):
+                require(value > 0, name, f"must be > 0 (got {value})")
+    for key in m:
+        if key.endswith("min_bin") and key.replace("min_bin", "max_bin") in m:
+            high = key.replace("min_bin", "max_bin")
+            require(m[key] < m[high], f"{prefix}.{key}", f"must be below {prefix}.{high} ({m[high]})")
+
+
 def validate_model_config(cfg: dict) -> None:
     """One line naming the key for what would otherwise fail in the middle of a forward: the
     channel widths the modules share, and the feature widths the inputs fix."""
@@ -1260,6 +1280,7 @@ def validate_model_config(cfg: dict) -> None:
                     most = MAX_BLOCKS if "blocks" in key else MAX_WIDTH
                     require(0 < value <= most, f"model.{section}.{key}",
                             f"must be an integer in 1..{most} (got {value})")
+    _check_model_numbers(m)
     heads = m["auxiliary_heads"]
     shared = {
         "c_m": ["input_embedder", "recycling_embedder", "template_angle_embedder", "evoformer_stack",

@@ -256,23 +256,123 @@ _CONSTANTS = {"INT", "BININT", "BININT1", "BININT2", "LONG", "LONG1", "LONG4",
               "SHORT_BINBYTES", "BINBYTES8"}
 _SINGLETONS = {"NONE": None, "NEWTRUE": True, "NEWFALSE": False}
 _NAMING = {"GLOBAL", "INST"}
+_CONTAINER_TYPES = {list, dict, set, tuple, frozenset}
+# what a dict key or a set item may be: values whose hash is computed without recursion, in time
+# bounded by their size (a tuple key nested 100,000 deep overflowed the C stack when hashed; one
+# doubled through the memo 100 times never finished); the reference's keys are strings
+_FLAT_TYPES = {str, int, float, bool, type(None), bytes}
+
+# Bounds of loads_builtins (docs/security.md "Bounds"): the reference's mmCIF dicts nest 6 deep
+# ({pdb_id: {"atoms": {chain: {name: (bytes, shape)}}}}) and a dicts file holds some hundred
+# entries of some hundred values each; these are far above both and far below what would
+# exhaust the machine.
+MAX_PICKLE_DEPTH = 32
+MAX_PICKLE_VALUES = 1 << 24    # values decoded, each container counted once for every place it stands
+MAX_PICKLE_INT_BITS = 64       # the dicts' integers are array dimensions
 
 
 class PickleRefused(ValueError):
     """A pickle that names a global or builds an object; `name` says which."""
 
 
-def loads_builtins(raw: bytes):
+def describe(value, limit: int = 40) -> str:
+    """A short, safe description of an untrusted value for an error message: never its whole
+    repr (a structure shared through a pickle's memo can be exponentially large, a string
+    gigabytes long, an integer thousands of digits), only its type and size, or the first
+    characters of a string or bytes, or a number of few digits."""
+    kind = type(value)
+    if kind in (str, bytes):
+        shown = repr(value[:limit])
+        return shown if len(value) <= limit else f"{shown}... ({len(value)} {'characters' if kind is str else 'bytes'})"
+    if kind is bool or value is None:
+        return repr(value)
+    if kind is int:
+        return repr(value) if value.bit_length() <= 64 else f"an integer of {value.bit_length()} bits"
+    if kind is float:
+        return repr(value)
+    if kind in _CONTAINER_TYPES:
+        return f"a {kind.__name__} of {len(value)}"
+    return f"a {kind.__name__}"
+
+
+def loads_builtins(raw: bytes, max_depth: int = MAX_PICKLE_DEPTH, max_values: int = MAX_PICKLE_VALUES):
     """The value of a pickle that holds only builtin values: None, bools, ints, floats, str,
     bytes, and lists, tuples, dicts, sets and frozensets of them (what the reference's mmCIF
     dicts are: preprocess_pdb_mmcif.py:171-172 pickles mmcif.py:196-206's dict, its atoms
     compressed to bytes and shape tuples by mmcif.py:210-230). The opcodes are decoded by
     pickletools.genops (which runs nothing) and the values built here: a pickle that names a
     global or would call anything raises PickleRefused naming it, before anything is built from
-    it; a damaged one ValueError (or the error its bytes lead to)."""
+    it; a damaged one ValueError (or the error its bytes lead to).
+
+    Bounded while it decodes, before any value is hashed or shown: containers nested at most
+    `max_depth` deep; at most `max_values` values, a container counted again with all it holds
+    each time the memo (or DUP) puts it in another place, so a structure doubled through the
+    memo is refused by its size, not by its bytes; integers of at most 64 bits; dict keys and
+    set items strings, numbers, bytes, bools or None only (never a container, whose hash would
+    recurse); a container added to after it was placed in another (a cycle, or a change its
+    holders' bounds would miss) refused. The standard pickler's output of the reference's
+    dicts never does any of these."""
     stack: list = []
     marks: list[int] = []
     memo: dict = {}
+    info: dict[int, list] = {}   # id(container) -> [values it holds, itself included; depth; placed]
+    made: list = []              # every container made, kept alive so that no id in `info` is reused
+    total = 0
+
+    def count(n: int) -> None:
+        nonlocal total
+        total += n
+        if total > max_values:
+            raise ValueError(f"more than {max_values} values (a container shared through the memo counts each time "
+                             "it is used)")
+
+    def new(container, size: int, depth: int) -> None:
+        if depth > max_depth:
+            raise ValueError(f"values nested more than {max_depth} deep (the reference's mmCIF dicts nest 6)")
+        if size > max_values:
+            raise ValueError(f"a container of more than {max_values} values, counting those it shares")
+        info[id(container)] = [size, depth, False]
+        made.append(container)
+        stack.append(container)
+        count(1)
+
+    def place(items) -> tuple[int, int]:
+        """The values `items` hold together and their depth; each container among them placed."""
+        size = depth = 0
+        for v in items:
+            if type(v) in _CONTAINER_TYPES:
+                i = info[id(v)]
+                i[2] = True
+                size += i[0]
+                if i[1] > depth:
+                    depth = i[1]
+            else:
+                size += 1
+        return size, depth
+
+    def flat(keys, what: str) -> None:
+        for k in keys:
+            if type(k) not in _FLAT_TYPES:
+                raise ValueError(f"{what} is {describe(k)} (a string, number, bytes or None only)")
+
+    def add(target, items) -> None:
+        size, depth = place(items)
+        i = info[id(target)]
+        if i[2]:
+            raise ValueError(f"a {type(target).__name__} is added to after it was placed in another container "
+                             "(or in itself)")
+        i[0] += size
+        if depth + 1 > i[1]:
+            i[1] = depth + 1
+        if i[1] > max_depth:
+            raise ValueError(f"values nested more than {max_depth} deep (the reference's mmCIF dicts nest 6)")
+        if i[0] > max_values:
+            raise ValueError(f"a container of more than {max_values} values, counting those it shares")
+
+    def again(value) -> None:
+        """DUP, GET: `value` in one more place, counted with all it holds."""
+        count(info[id(value)][0] if type(value) in _CONTAINER_TYPES else 1)
+        stack.append(value)
 
     def pop_mark() -> list:
         if not marks:
@@ -287,88 +387,302 @@ def loads_builtins(raw: bytes):
             raise ValueError(f"an opcode adds to a {kind.__name__} where there is none")
         return stack[-1]
 
+    def pairs(items: list, what: str) -> list:
+        if len(items) % 2:
+            raise ValueError(f"{what} of an odd number of values")
+        keys = items[::2]
+        flat(keys, "a dict key")
+        return keys
+
     for op, arg, _pos in pickletools.genops(raw):
         name = op.name
-        if name in ("PROTO", "FRAME"):
-            continue
-        if name == "STOP":
+        if name in _CONSTANTS:      # the most frequent: count() inlined
+            if type(arg) is int and arg.bit_length() > MAX_PICKLE_INT_BITS:
+                raise ValueError(f"an integer of {arg.bit_length()} bits (at most {MAX_PICKLE_INT_BITS})")
+            stack.append(arg)
+            total += 1
+            if total > max_values:
+                count(0)
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
+            if not stack:
+                raise ValueError("PUT of an empty stack")
+            memo[arg] = stack[-1]
+        elif name == "MEMOIZE":
+            if not stack:
+                raise ValueError("MEMOIZE of an empty stack")
+            memo[len(memo)] = stack[-1]
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            if arg not in memo:
+                raise ValueError(f"GET of memo entry {describe(arg)}, which was never put")
+            again(memo[arg])
+        elif name == "STOP":
             if len(stack) != 1 or marks:
                 raise ValueError("the pickle ends with more than one value")
             return stack[0]
-        if name in _CONSTANTS:
-            stack.append(arg)
         elif name in _SINGLETONS:
             stack.append(_SINGLETONS[name])
+            count(1)
+        elif name in ("PROTO", "FRAME"):
+            continue
         elif name in _NAMING:
             module, _, attr = str(arg).partition(" ")
-            raise PickleRefused(f"{module}.{attr}")
+            raise PickleRefused(f"{module[:100]}.{attr[:100]}")
         elif name == "STACK_GLOBAL":
             module, attr = (stack[-2], stack[-1]) if len(stack) >= 2 else ("?", "?")
-            raise PickleRefused(f"{module}.{attr}" if isinstance(module, str) and isinstance(attr, str)
+            raise PickleRefused(f"{module[:100]}.{attr[:100]}" if type(module) is str and type(attr) is str
                                 else "a global")
         elif name == "MARK":
             marks.append(len(stack))
         elif name == "POP":
             if marks and marks[-1] == len(stack):
                 marks.pop()
-            else:
+            elif stack:
                 stack.pop()
+            else:
+                raise ValueError("POP of an empty stack")
         elif name == "POP_MARK":
             pop_mark()
         elif name == "DUP":
-            stack.append(stack[-1])
+            if not stack:
+                raise ValueError("DUP of an empty stack")
+            again(stack[-1])
         elif name == "EMPTY_LIST":
-            stack.append([])
+            new([], 1, 1)
         elif name == "EMPTY_DICT":
-            stack.append({})
+            new({}, 1, 1)
         elif name == "EMPTY_TUPLE":
-            stack.append(())
+            new((), 1, 1)
         elif name == "EMPTY_SET":
-            stack.append(set())
+            new(set(), 1, 1)
         elif name == "APPEND":
+            if len(stack) < 2:
+                raise ValueError("APPEND without a list and a value")
             value = stack.pop()
-            top(list).append(value)
+            target = top(list)
+            add(target, (value,))
+            target.append(value)
         elif name == "APPENDS":
             items = pop_mark()
-            top(list).extend(items)
-        elif name == "LIST":
-            stack.append(pop_mark())
-        elif name == "TUPLE":
-            stack.append(tuple(pop_mark()))
+            target = top(list)
+            add(target, items)
+            target.extend(items)
+        elif name in ("LIST", "TUPLE", "FROZENSET"):
+            items = pop_mark()
+            if name == "FROZENSET":
+                flat(items, "a set's item")
+            size, depth = place(items)
+            new(items if name == "LIST" else tuple(items) if name == "TUPLE" else frozenset(items),
+                size + 1, depth + 1)
         elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
             n = int(name[-1])
             if len(stack) - (marks[-1] if marks else 0) < n:
                 raise ValueError(f"{name} takes {n} values there are not")
-            items = tuple(stack[-n:])
+            items = stack[-n:]
             del stack[-n:]
-            stack.append(items)
+            size, depth = place(items)
+            new(tuple(items), size + 1, depth + 1)
+        elif name == "DICT":
+            items = pop_mark()
+            pairs(items, "DICT")
+            size, depth = place(items)
+            new(dict(zip(items[::2], items[1::2])), size + 1, depth + 1)
+        elif name == "SETITEM":
+            if len(stack) < 3:
+                raise ValueError("SETITEM without a dict, a key and a value")
+            value = stack.pop()
+            key = stack.pop()
+            target = top(dict)
+            flat((key,), "a dict key")
+            add(target, (key, value))
+            target[key] = value
+        elif name == "SETITEMS":
+            items = pop_mark()
+            target = top(dict)
+            pairs(items, "SETITEMS")
+            add(target, items)
+            target.update(zip(items[::2], items[1::2]))
+        elif name == "ADDITEMS":
+            items = pop_mark()
+            target = top(set)
+            flat(items, "a set's item")
+            add(target, items)
+            target.update(items)
+        else:
+            raise PickleRefused(f"opcode {name}")
+    raise ValueError("the pickle has no STOP")
+
+
+class _Node:
+    """A value check_pickle_shape stands in for: a container or an object the pickle builds."""
+    __slots__ = ("size", "depth", "placed")
+
+    def __init__(self, size: int, depth: int):
+        self.size, self.depth, self.placed = size, depth, False
+
+
+_OPAQUE = _Node(1, 0)    # a global, a persistent id, an extension code or a buffer: one value, holds none
+_OPAQUE.placed = True
+
+
+def check_pickle_shape(raw: bytes, max_depth: int = MAX_PICKLE_DEPTH, max_values: int = MAX_PICKLE_VALUES) -> None:
+    """The bounds loads_builtins keeps, for a pickle another unpickler will build (torch.load's
+    weights-only one, which hashes every dict key it sets: a key nested a million deep crashed
+    it, one doubled through the memo hung it). Nothing is built or called: the opcodes are
+    decoded by pickletools.genops and each value stands as its size and depth (a constant as
+    itself, a container or an object a _Node, a global an opaque value). Refused (ValueError)
+    past `max_depth` or `max_values` (a container counted each place it stands), a dict key or
+    set item that is not a constant string, number, bytes or None, an integer of more than 64
+    bits, a container added to after it was placed, an opcode pickle does not define."""
+    stack: list = []
+    marks: list[int] = []
+    memo: dict = {}
+    total = 0
+
+    def count(n: int) -> None:
+        nonlocal total
+        total += n
+        if total > max_values:
+            raise ValueError(f"more than {max_values} values (a container shared through the memo counts each time "
+                             "it is used)")
+
+    def measure(items) -> tuple[int, int]:
+        size = depth = 0
+        for v in items:
+            if type(v) is _Node:
+                v.placed = True
+                size += v.size
+                if v.depth > depth:
+                    depth = v.depth
+            else:
+                size += 1
+        return size, depth
+
+    def new(items) -> None:
+        size, depth = measure(items)
+        if depth + 1 > max_depth:
+            raise ValueError(f"values nested more than {max_depth} deep")
+        if size + 1 > max_values:
+            raise ValueError(f"a container of more than {max_values} values, counting those it shares")
+        stack.append(_Node(size + 1, depth + 1))
+        count(1)
+
+    def add(items) -> None:
+        if not stack or type(stack[-1]) is not _Node or stack[-1] is _OPAQUE:
+            raise ValueError("an opcode adds to a value that is not a container")
+        size, depth = measure(items)
+        target = stack[-1]
+        if target.placed:
+            raise ValueError("a container is added to after it was placed in another (or in itself)")
+        target.size += size
+        target.depth = max(target.depth, depth + 1)
+        if target.depth > max_depth:
+            raise ValueError(f"values nested more than {max_depth} deep")
+        if target.size > max_values:
+            raise ValueError(f"a container of more than {max_values} values, counting those it shares")
+
+    def flat(keys, what: str) -> None:
+        for k in keys:
+            if type(k) not in _FLAT_TYPES:
+                raise ValueError(f"{what} is not a constant string, number, bytes or None")
+
+    def pop(n: int) -> list:
+        if len(stack) - (marks[-1] if marks else 0) < n:
+            raise ValueError("an opcode takes values there are not")
+        items = stack[-n:]
+        del stack[-n:]
+        return items
+
+    def pop_mark() -> list:
+        if not marks:
+            raise ValueError("an opcode takes a mark there is none of")
+        at = marks.pop()
+        items = stack[at:]
+        del stack[at:]
+        return items
+
+    def again(value) -> None:
+        count(value.size if type(value) is _Node else 1)
+        stack.append(value)
+
+    for op, arg, _pos in pickletools.genops(raw):
+        name = op.name
+        if name in _CONSTANTS:
+            if type(arg) is int and arg.bit_length() > MAX_PICKLE_INT_BITS:
+                raise ValueError(f"an integer of {arg.bit_length()} bits (at most {MAX_PICKLE_INT_BITS})")
+            stack.append(arg)
+            count(1)
+        elif name in _SINGLETONS:
+            stack.append(_SINGLETONS[name])
+            count(1)
+        elif name in ("PROTO", "FRAME", "READONLY_BUFFER"):
+            continue
+        elif name in ("PUT", "BINPUT", "LONG_BINPUT", "MEMOIZE"):
+            if not stack:
+                raise ValueError(f"{name} of an empty stack")
+            memo[len(memo) if name == "MEMOIZE" else arg] = stack[-1]
+        elif name in ("GET", "BINGET", "LONG_BINGET"):
+            if arg not in memo:
+                raise ValueError("GET of a memo entry never put")
+            again(memo[arg])
+        elif name == "DUP":
+            if not stack:
+                raise ValueError("DUP of an empty stack")
+            again(stack[-1])
+        elif name == "STOP":
+            if len(stack) != 1 or marks:
+                raise ValueError("the pickle ends with more than one value")
+            return
+        elif name == "MARK":
+            marks.append(len(stack))
+        elif name == "POP":
+            if marks and marks[-1] == len(stack):
+                marks.pop()
+            else:
+                pop(1)
+        elif name == "POP_MARK":
+            pop_mark()
+        elif name in ("GLOBAL", "PERSID", "EXT1", "EXT2", "EXT4", "NEXT_BUFFER"):
+            stack.append(_OPAQUE)
+            count(1)
+        elif name in ("STACK_GLOBAL", "BINPERSID"):
+            pop(2 if name == "STACK_GLOBAL" else 1)
+            stack.append(_OPAQUE)
+            count(1)
+        elif name in ("EMPTY_LIST", "EMPTY_DICT", "EMPTY_SET", "EMPTY_TUPLE"):
+            new(())
+        elif name in ("LIST", "TUPLE", "OBJ", "INST"):
+            new(pop_mark())
+        elif name in ("TUPLE1", "TUPLE2", "TUPLE3"):
+            new(pop(int(name[-1])))
+        elif name in ("REDUCE", "NEWOBJ", "NEWOBJ_EX"):
+            new(pop(3 if name == "NEWOBJ_EX" else 2))
+        elif name == "FROZENSET":
+            items = pop_mark()
+            flat(items, "a set's item")
+            new(items)
         elif name == "DICT":
             items = pop_mark()
             if len(items) % 2:
                 raise ValueError("DICT of an odd number of values")
-            stack.append(dict(zip(items[::2], items[1::2])))
+            flat(items[::2], "a dict key")
+            new(items)
+        elif name in ("APPEND", "BUILD"):
+            add(pop(1))
         elif name == "SETITEM":
-            value = stack.pop()
-            key = stack.pop()
-            top(dict)[key] = value
-        elif name == "SETITEMS":
+            items = pop(2)
+            flat(items[:1], "a dict key")
+            add(items)
+        elif name in ("APPENDS", "SETITEMS", "ADDITEMS"):
             items = pop_mark()
-            if len(items) % 2:
-                raise ValueError("SETITEMS of an odd number of values")
-            top(dict).update(zip(items[::2], items[1::2]))
-        elif name == "ADDITEMS":
-            items = pop_mark()
-            top(set).update(items)
-        elif name == "FROZENSET":
-            stack.append(frozenset(pop_mark()))
-        elif name in ("PUT", "BINPUT", "LONG_BINPUT"):
-            memo[arg] = stack[-1]
-        elif name == "MEMOIZE":
-            memo[len(memo)] = stack[-1]
-        elif name in ("GET", "BINGET", "LONG_BINGET"):
-            stack.append(memo[arg])
+            if name == "SETITEMS":
+                if len(items) % 2:
+                    raise ValueError("SETITEMS of an odd number of values")
+                flat(items[::2], "a dict key")
+            elif name == "ADDITEMS":
+                flat(items, "a set's item")
+            add(items)
         else:
-            raise PickleRefused(f"opcode {name}")
+            raise ValueError(f"opcode {name}, which pickle does not define")
     raise ValueError("the pickle has no STOP")
 
 
@@ -383,7 +697,7 @@ def dicts_file(dicts_dir: str | os.PathLike, pdb_id: str) -> Path:
     """The dicts file holding `pdb_id`: its middle two characters (mmcif.py:137-138, the
     mirror's subdirectory the preprocessing names its output after, preprocess_pdb_mmcif.py:149,168)."""
     if not isinstance(pdb_id, str) or not _PDB_ID.fullmatch(pdb_id):
-        raise KitError(f"{dicts_dir}: {pdb_id!r:.40} is not a PDB id (4 lower-case letters or digits)")
+        raise KitError(f"{dicts_dir}: {describe(pdb_id)} is not a PDB id (4 lower-case letters or digits)")
     return Path(dicts_dir) / pdb_id[1:3]
 
 
@@ -397,8 +711,8 @@ def read_dicts_file(path: str | os.PathLike) -> dict:
     except PickleRefused as e:
         raise KitError(f"{path}: refused: the pickle names {e}, which the reference's mmCIF dicts do not hold "
                        "(builtin dicts, lists, strings, numbers and bytes only); nothing in it was run") from None
-    except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError, MemoryError,
-            RecursionError, UnicodeDecodeError, EOFError) as e:
+    except (ValueError, KeyError, IndexError, TypeError, AttributeError, OverflowError, UnicodeDecodeError,
+            EOFError) as e:
         first = (str(e).strip().splitlines() or [type(e).__name__])[0][:200]
         raise KitError(f"{path}: not a pickle of the reference's mmCIF dicts ({first})") from None
     if type(value) is not dict:
@@ -406,11 +720,22 @@ def read_dicts_file(path: str | os.PathLike) -> dict:
     return value
 
 
+# The atoms an entry's chains inflate to (docs/security.md "Bounds"): a chain's arrays take
+# 37 x 3 float32 and 37 bools a residue (481 bytes); the longest protein chains of the PDB are
+# some thousands of residues (full viral polyproteins about 7,000) and its largest entries some
+# hundred thousand residues in all (the HIV capsid 3J3Q: 1,356 chains of 231). Beyond these an
+# entry is refused before a byte is inflated: a few MB of zlib and one sequence shared through
+# the memo by a thousand chains asked for 4 GB.
+MAX_CHAIN_RESIDUES = 1 << 16
+MAX_ENTRY_RESIDUES = 1 << 21      # 1 GiB of atom arrays inflated at most
+MAX_RESOLUTION = 1000.0           # A; the PDB's lowest resolutions are some tens of A
+
+
 def _decompress(blob, shape, dtype, where: str) -> np.ndarray:
     """One array compress_mmcif_dict_atoms wrote (mmcif.py:210-230: zlib of its bytes, and its
     shape), inflated as decompress_mmcif_dict_atoms does (mmcif.py:233-257), to no more bytes
     than the shape says (a damaged or hostile blob never inflates past them)."""
-    need = math.prod(shape) * np.dtype(dtype).itemsize
+    need = math.prod(shape) * np.dtype(dtype).itemsize   # check_entry bounded the shape
     try:
         inflater = zlib.decompressobj()
         data = inflater.decompress(blob, need + 1)
@@ -437,9 +762,15 @@ def check_entry(entry, pdb_id: str, where: str) -> None:
         if isinstance(entry[key], bool) or not isinstance(entry[key], kind):
             raise KitError(f"{where}: '{key}' is a {type(entry[key]).__name__}")
     if entry["pdb_id"] != pdb_id:
-        raise KitError(f"{where}: its pdb_id is {entry['pdb_id']!r:.20}")
+        raise KitError(f"{where}: its pdb_id is {describe(entry['pdb_id'], 20)}")
     if not _check_date(entry["release_date"]):
-        raise KitError(f"{where}: release_date {entry['release_date']!r:.40} is not a date YYYY-MM-DD")
+        raise KitError(f"{where}: release_date {describe(entry['release_date'])} is not a date YYYY-MM-DD")
+    resolution = entry["resolution"]    # mmcif.py:_get_resolution: a float, nan where none is recorded
+    if not (type(resolution) is float and math.isnan(resolution)) and not (
+            (type(resolution) is float or (type(resolution) is int and resolution.bit_length() <= 64))
+            and 0 <= resolution <= MAX_RESOLUTION):
+        raise KitError(f"{where}: resolution {describe(resolution)} is not a resolution in A (0 to {MAX_RESOLUTION:g}, "
+                       "or nan: none recorded)")
     authors = entry["author_chain_ids"]
     if not all(type(a) is str for a in authors) or len(set(authors)) != len(authors):
         raise KitError(f"{where}: author_chain_ids is not a list of distinct chain ids")
@@ -452,21 +783,31 @@ def check_entry(entry, pdb_id: str, where: str) -> None:
     sequences, atoms = entry["sequences"], entry["atoms"]
     if set(sequences) != set(authors) or set(atoms) != set(authors):
         raise KitError(f"{where}: sequences and atoms are not of the chains author_chain_ids names")
+    residues = 0
     for chain in authors:
         seq = sequences[chain]
         if type(seq) is not str or not seq.isascii() or not seq.isalpha():
-            raise KitError(f"{where} chain {chain}: its sequence is not one-letter codes")
+            raise KitError(f"{where} chain {describe(chain, 8)}: its sequence is not one-letter codes")
+        if len(seq) > MAX_CHAIN_RESIDUES:
+            raise KitError(f"{where} chain {describe(chain, 8)}: {len(seq)} residues, more than the {MAX_CHAIN_RESIDUES} "
+                           "a chain is read with")
+        residues += len(seq)
+        if residues > MAX_ENTRY_RESIDUES:
+            raise KitError(f"{where}: its chains hold more than the {MAX_ENTRY_RESIDUES} residues an entry is read with "
+                           f"(their atoms would inflate to more than {MAX_ENTRY_RESIDUES * 481 >> 20} MiB)")
         arrays = atoms[chain]
         if type(arrays) is not dict or set(arrays) != {"all_atom_positions", "all_atom_mask"}:
-            raise KitError(f"{where} chain {chain}: atoms is not all_atom_positions and all_atom_mask")
+            raise KitError(f"{where} chain {describe(chain, 8)}: atoms is not all_atom_positions and all_atom_mask")
         for name, shape in (("all_atom_positions", (len(seq), ATOM_TYPE_NUM, 3)),
                             ("all_atom_mask", (len(seq), ATOM_TYPE_NUM))):
             value = arrays[name]
             if not (type(value) is tuple and len(value) == 2 and type(value[0]) is bytes
                     and type(value[1]) is tuple):
-                raise KitError(f"{where} chain {chain}: {name} is not (zlib bytes, shape)")
-            if value[1] != shape or not all(type(n) is int for n in value[1]):
-                raise KitError(f"{where} chain {chain}: {name} has shape {value[1]!r:.60}, its "
+                raise KitError(f"{where} chain {describe(chain, 8)}: {name} is not (zlib bytes, shape)")
+            got = value[1]     # compared item by item, each an int of few bits, never hashed or shown whole
+            if len(got) != len(shape) or not all(type(n) is int and n == m for n, m in zip(got, shape)):
+                shown = (f"({', '.join(describe(n, 12) for n in got)})" if len(got) <= 4 else describe(got))
+                raise KitError(f"{where} chain {describe(chain, 8)}: {name} has shape {shown}, its "
                                f"{len(seq)} residues make {shape}")
 
 
@@ -502,6 +843,39 @@ def load_mmcif_dict(dicts_dir: str | os.PathLike, pdb_id: str) -> dict:
 
 
 # ----------------------------------------------------------------- alignments
+
+# Bounds of the alignments (docs/security.md "Bounds"). OpenProteinSet's entries hold four files
+# (uniref90_hits.a3m, bfd_uniclust_hits.a3m, mgnify_hits.a3m, pdb70_hits.hhr); its largest a3m
+# files are some hundred MB; jackhmmer and hhblits write up to some ten thousand sequences
+# (uniref90 at most 10,000, mgnify 5,000), hhsearch alignment lines of 80 residues and
+# descriptions of some hundred characters. Each bound is far above these, and each is checked
+# before the work it bounds (a range before it is read, the lines before they are split).
+MAX_ENTRY_FILES = 16               # files of one super.index entry
+MAX_ENTRY_BYTES = MAX_INPUT_BYTES  # 1 GiB: one entry's files together (each range disjoint from the others)
+MAX_FILE_NAME = 255                # characters of a file name in an entry
+MAX_ALIGNMENT_LINES = 1 << 22      # lines of one a3m or hhr file
+MAX_A3M_LINE = 1 << 20             # characters of one a3m line (a whole sequence with its insertions)
+MAX_A3M_SEQUENCES = 1 << 20        # sequences of one a3m file
+MAX_HHR_LINE = 1 << 16             # characters of one hhr line
+MAX_HHR_NUMBER = 18                # digits of a number in an hhr (a hit's number, a residue index)
+# what str.splitlines breaks lines at (as the reference's parsers split): counted before splitting
+_LINE_BREAKS = ("\n", "\r", "\x0b", "\x0c", "\x1c", "\x1d", "\x1e", "\x85", "\u2028", "\u2029")
+
+
+def split_lines(text: str, where: str, max_line: int) -> list[str]:
+    """text.splitlines(), refused (one KitError naming `where`) where it would make more than
+    MAX_ALIGNMENT_LINES lines (counted before the list is made: a file of line breaks alone would
+    be a list of a billion strings) or a line longer than `max_line` characters."""
+    breaks = sum(text.count(c) for c in _LINE_BREAKS)   # "\r\n" counted twice: a bound, not the count
+    if breaks > MAX_ALIGNMENT_LINES:
+        raise KitError(f"{where}: more than {MAX_ALIGNMENT_LINES} lines (an alignment file is read to that many)")
+    lines = text.splitlines()
+    if lines and max(map(len, lines)) > max_line:
+        n = next(i for i, line in enumerate(lines, 1) if len(line) > max_line)
+        raise KitError(f"{where} line {n}: {len(lines[n - 1])} characters, more than the {max_line} a line of this "
+                       "file is read to")
+    return lines
+
 
 class AlignmentIndex:
     """The alignments' super index (load_alignments_super_index, alignments.py:20-34: JSON
@@ -553,16 +927,28 @@ class AlignmentIndex:
         if type(value) is not dict or "db" not in value or "files" not in value or type(value["files"]) is not list:
             raise KitError(f"{where}: not an entry {{\"db\": ..., \"files\": [[name, start, size], ...]}}")
         shard = self.shard_path(value["db"], where)
-        files, names = [], set()
+        if len(value["files"]) > MAX_ENTRY_FILES:
+            raise KitError(f"{where}: {len(value['files'])} files, more than the {MAX_ENTRY_FILES} an entry is read "
+                           "with (the reference's have four)")
+        files, names, total = [], set(), 0
         for i, item in enumerate(value["files"]):
             ok = (type(item) is list and len(item) == 3 and type(item[0]) is str and item[0]
-                  and all(type(n) is int and 0 <= n <= 1 << 62 for n in item[1:]))
+                  and len(item[0]) <= MAX_FILE_NAME and all(type(n) is int and 0 <= n <= 1 << 62 for n in item[1:]))
             if not ok:
                 raise KitError(f"{where}: files[{i}] is not [file name, start >= 0, size >= 0]")
             if item[0] in names:
-                raise KitError(f"{where}: files[{i}] names {item[0]!r:.60} again")
+                raise KitError(f"{where}: files[{i}] names {describe(item[0], 60)} again")
             names.add(item[0])
+            total += item[2]
+            if total > MAX_ENTRY_BYTES:
+                raise KitError(f"{where}: its files hold more than the {MAX_ENTRY_BYTES} bytes one entry's alignments "
+                               "are read to")
             files.append((item[0], item[1], item[2]))
+        spans = sorted((start, start + size, name) for name, start, size in files if size)
+        for (_, end, name), (start, _, other) in zip(spans, spans[1:]):
+            if start < end:    # the preprocessing concatenates each file once: an entry's ranges are disjoint
+                raise KitError(f"{where}: files {describe(name, 60)} and {describe(other, 60)} overlap in the shard "
+                               f"(bytes {start} to {end}; the reference's entries hold each byte once)")
         return shard, files
 
     def load(self, key: str) -> dict[str, str]:
@@ -578,9 +964,6 @@ class AlignmentIndex:
                 if end > st.st_size:
                     raise KitError(f"{shard}: {st.st_size} bytes, but {self.path} key '{key}' puts {name} at bytes "
                                    f"{start} to {end} (a truncated shard, or a damaged index)")
-                if size > MAX_INPUT_BYTES:
-                    raise KitError(f"{self.path} key '{key}': {name} is {size} bytes, more than the {MAX_INPUT_BYTES} "
-                                   "an alignment file is read to")
                 buf = bytearray(size)
                 rawread.read_into(fd, shard, rawread.Extent(start, np.dtype(np.uint8), (size,)),
                                   np.frombuffer(buf, dtype=np.uint8), f"{name} of {key}")
@@ -616,21 +999,30 @@ def parse_fasta(text: str, where: str) -> tuple[list[str], list[str]]:
     '>' starts a sequence, '#' lines and blank lines skipped. A sequence line before the first
     '>' (an IndexError there) is one KitError naming `where`."""
     sequences, descriptions = [], []
-    for n, line in enumerate(text.splitlines(), 1):
+    parts: list[str] | None = None     # the lines of the sequence being read, joined once (linear time)
+    for n, line in enumerate(split_lines(text, where, MAX_A3M_LINE), 1):
         line = line.strip()
         if line.startswith(">"):
+            if parts is not None:
+                sequences.append("".join(parts))
+            if len(descriptions) >= MAX_A3M_SEQUENCES:
+                raise KitError(f"{where} line {n}: more than {MAX_A3M_SEQUENCES} sequences (an alignment is read "
+                               "to that many)")
             descriptions.append(line[1:])
-            sequences.append("")
+            parts = []
         elif line.startswith("#") or not line:
             continue
-        elif not sequences:
+        elif parts is None:
             raise KitError(f"{where} line {n}: a sequence before the first '>' header")
         else:
-            sequences[-1] += line
+            parts.append(line)
+    if parts is not None:
+        sequences.append("".join(parts))
     return sequences, descriptions
 
 
 _LOWER = str.maketrans("", "", string.ascii_lowercase)
+_INSERTIONS = re.compile(r"[a-z]+")     # one class run: matched once where it starts, never backtracked
 
 
 def parse_a3m(text: str, where: str) -> tuple[list[str], list[list[int]]]:
@@ -644,23 +1036,33 @@ def parse_a3m(text: str, where: str) -> tuple[list[str], list[list[int]]]:
         raise KitError(f"{where}: no sequence (an a3m file starts with its query)")
     deletion_matrix, aligned = [], []
     for i, seq in enumerate(sequences):
-        row, count = [], 0
-        for c in seq:
-            if c.islower():
-                count += 1
-            else:
-                row.append(count)
-                count = 0
+        residues = seq.translate(_LOWER)
+        if seq.isascii():   # str.islower is a-z here: each run of insertions counted into the column after it
+            row = [0] * len(residues)
+            removed = 0
+            for m in _INSERTIONS.finditer(seq):
+                start, end = m.span()
+                if start - removed < len(row):   # a run after the last residue counts into no column
+                    row[start - removed] = end - start
+                removed += end - start
+        else:
+            row, count = [], 0
+            for c in seq:
+                if c.islower():
+                    count += 1
+                else:
+                    row.append(count)
+                    count = 0
         deletion_matrix.append(row)
-        aligned.append(seq.translate(_LOWER))
+        aligned.append(residues)
     width = len(aligned[0])
     for i, seq in enumerate(aligned):
         if len(seq) != width:
-            raise KitError(f"{where} sequence {i} ({descriptions[i][:40]!r}): {len(seq)} aligned columns, the "
+            raise KitError(f"{where} sequence {i} ({describe(descriptions[i])}): {len(seq)} aligned columns, the "
                            f"query has {width}")
         bad = set(seq) - HHBLITS_AA_TO_ID.keys()
         if bad:
-            raise KitError(f"{where} sequence {i} ({descriptions[i][:40]!r}): {sorted(bad)[0]!r} is not in "
+            raise KitError(f"{where} sequence {i} ({describe(descriptions[i])}): {sorted(bad)[0]!r} is not in "
                            "hhblits' alphabet")
     return aligned, deletion_matrix
 
@@ -678,11 +1080,101 @@ class TemplateHit:
     indices_hit: list
 
 
-_HHR_SUMMARY = re.compile(   # parsers.py:274-279
-    "Probab=(.*)[\t ]*E-value=(.*)[\t ]*Score=(.*)[\t ]*Aligned_cols=(.*)[\t ]*Identities=(.*)%[\t ]*"
-    "Similarity=(.*)[\t ]*Sum_probs=(.*)[\t ]*Template_Neff=(.*)")
-_HHR_QUERY = re.compile(r"[\t ]*([0-9]*) ([A-Z-]*)[\t ]*([0-9]*) \([0-9]*\)")    # parsers.py:310
-_HHR_HIT = re.compile(r"[\t ]*([0-9]*) ([A-Z-]*)[\t ]*[0-9]* \([0-9]*\)")       # parsers.py:336
+# The reference reads an hhr with three regular expressions (parsers.py:274-279, 310, 336) whose
+# greedy groups backtrack: its summary line's eight `(.*)` made a 3.7 KB line take hours, its
+# alignment lines' runs of blanks are quadratic. The kit finds the same groups without a
+# regular expression that can backtrack (each helper below says how it matches the reference's
+# result), in time linear in the line, on lines of at most MAX_HHR_LINE characters.
+_SUMMARY_START = "Probab="
+# the literals between the summary's eight groups; the fifth is '%', blanks, 'Similarity='
+_SUMMARY_KEYS = ("E-value=", "Score=", "Aligned_cols=", "Identities=", "Similarity=", "Sum_probs=", "Template_Neff=")
+_DIGITS = re.compile(r"[0-9]*")       # single runs of one class: matched once, never backtracked
+_BLANKS = re.compile(r"[\t ]*")
+_RESIDUES = re.compile(r"[A-Z-]*")
+
+
+def _hhr_summary(line: str) -> list[str] | None:
+    """The eight groups of the reference's summary pattern ("Probab=(.*)[\\t ]*E-value=(.*)...
+    Template_Neff=(.*)", re.match), or None where it does not match. Its greedy groups take the
+    last place of each literal that leaves room for the ones after it; so, from the right: the
+    last 'Template_Neff=', the last 'Sum_probs=' before it, ..., the last 'E-value=' before
+    'Score=', each found with str.rfind (the `[\\t ]*` before each literal matches nothing:
+    the group before it takes the blanks; only '%' and 'Similarity=' have blanks between them
+    that no group takes)."""
+    if not line.startswith(_SUMMARY_START):
+        return None
+    lo = len(_SUMMARY_START)
+    hi = len(line)
+    cuts: list[tuple[int, int]] = []     # (where the group before a literal ends, where the next group starts)
+    for key in reversed(_SUMMARY_KEYS):
+        at = line.rfind(key, lo, hi)
+        if key == "Similarity=":     # '%' [\t ]* 'Similarity=': the last whose '%' stands before its blanks
+            while at >= 0:
+                j = at
+                while j > lo and line[j - 1] in "\t ":
+                    j -= 1
+                if j > lo and line[j - 1] == "%":
+                    break
+                at = line.rfind(key, lo, at + len(key) - 1)
+            if at < 0:
+                return None
+            cuts.append((j - 1, at + len(key)))
+            hi = j - 1
+            continue
+        if at < 0:
+            return None
+        cuts.append((at, at + len(key)))
+        hi = at
+    cuts.reverse()
+    groups, start = [], lo
+    for end, nxt in cuts:
+        groups.append(line[start:end])
+        start = nxt
+    groups.append(line[start:])
+    return groups
+
+
+def _hhr_alignment_line(text: str, template: bool) -> tuple[str, str, str | None] | None:
+    """(start, residues, end) of a Q line's text after its 17 characters of label and name, as
+    the reference's `[\\t ]*([0-9]*) ([A-Z-]*)[\\t ]*([0-9]*) \\([0-9]*\\)` gives them where its
+    start and end are numbers (the only results the reference can use: it takes int() of both);
+    for a T line (`template`, the end not captured: `[\\t ]*([0-9]*) ([A-Z-]*)[\\t ]*[0-9]*
+    \\([0-9]*\\)`), (start, residues, None) where the start is a number. None where the
+    reference's match fails or yields an empty number. Blanks, digits and residues are disjoint
+    classes, so a match with the numbers it needs takes each run whole, and that is the first
+    match the pattern's backtracking finds; the one exception, a T line whose end is absent, is
+    the blank before '(' taken by the literal space."""
+    i = _BLANKS.match(text).end()
+    j = _DIGITS.match(text, i).end()
+    if j == i or text[j:j + 1] != " ":
+        return None
+    start = text[i:j]
+    k = _RESIDUES.match(text, j + 1).end()
+    residues = text[j + 1:k]
+    m = _BLANKS.match(text, k).end()
+    n = _DIGITS.match(text, m).end()
+    end = text[m:n]
+    if end:
+        at = n
+    elif template and m > k and text[m - 1] == " ":
+        at = m - 1                    # `[0-9]*` empty, the last blank the literal ' '
+    else:
+        return None
+    if text[at:at + 2] != " (":
+        return None
+    close = _DIGITS.match(text, at + 2).end()
+    if text[close:close + 1] != ")":
+        return None
+    return start, residues, (end if not template else None)
+
+
+def _hhr_int(text: str, where: str, what: str) -> int:
+    """int(text) of a number the hhr holds (ASCII digits, as the reference's patterns take them),
+    of at most MAX_HHR_NUMBER digits."""
+    if len(text) > MAX_HHR_NUMBER:
+        raise KitError(f"{where}: {what} has {len(text)} digits (a residue index or hit number has at most "
+                       f"{MAX_HHR_NUMBER})")
+    return int(text)
 
 
 def _hhr_indices(sequence: str, start: int, out: list) -> None:
@@ -699,51 +1191,64 @@ def _parse_hhr_hit(lines: list[str], where: str) -> TemplateHit:
     """One hit's detailed section, as _parse_hhr_hit reads it (parsers.py:254-355): 'No <n>',
     '>name', the summary line, then the Q and T alignment lines (17 characters of label and
     name, then start, residues, end and length); the reference's RuntimeErrors, ValueErrors and
-    asserts are KitErrors naming `where`."""
+    asserts are KitErrors naming `where`, and so are an aligned_cols or sum_probs that is not a
+    finite number (the reference's int() fails on the one, the other would order the hits and
+    stand in the template features as NaN)."""
     if len(lines) < 3:
         raise KitError(f"{where}: the hit's section has {len(lines)} lines (No, >name and the summary at least)")
+    words = lines[0].split()
     try:
-        number = int(lines[0].split()[-1])
+        if len(words[-1]) > MAX_HHR_NUMBER:
+            raise ValueError
+        number = int(words[-1])
     except (ValueError, IndexError):
-        raise KitError(f"{where}: {lines[0][:40]!r} does not end with the hit's number") from None
+        raise KitError(f"{where}: {describe(lines[0])} does not end with the hit's number") from None
     name = lines[1][1:]
-    match = _HHR_SUMMARY.match(lines[2])
-    if match is None:
-        raise KitError(f"{where}: {lines[2][:60]!r} is not the hit's summary line (Probab=... Template_Neff=...)")
+    groups = _hhr_summary(lines[2])
+    if groups is None:
+        raise KitError(f"{where}: {describe(lines[2], 60)} is not the hit's summary line (Probab=... Template_Neff=...)")
     try:
-        _prob, _evalue, _score, aligned_cols, _ident, _sim, sum_probs, _neff = (float(x) for x in match.groups())
+        _prob, _evalue, _score, aligned_cols, _ident, _sim, sum_probs, _neff = (float(x) for x in groups)
     except ValueError:
-        raise KitError(f"{where}: the summary line {lines[2][:60]!r} holds a value that is not a number") from None
-    query, hit, indices_query, indices_hit = "", "", [], []
+        raise KitError(f"{where}: the summary line {describe(lines[2], 60)} holds a value that is not a number") \
+            from None
+    for key, value in (("Aligned_cols", aligned_cols), ("Sum_probs", sum_probs)):
+        if not math.isfinite(value):
+            raise KitError(f"{where}: the summary line's {key} is {value}, not a finite number")
+    query, hit, indices_query, indices_hit = [], [], [], []
     block = None
     for n, line in enumerate(lines[3:], 4):
         if line.startswith("Q ") and not line.startswith(("Q ss_dssp", "Q ss_pred", "Q Consensus")):
-            m = _HHR_QUERY.match(line[17:])
-            if m is None or not m.group(1) or not m.group(3):
-                raise KitError(f"{where} line {n}: cannot parse the query line {line[:60]!r}")
-            start, delta, end = int(m.group(1)) - 1, m.group(2), int(m.group(3))
+            parsed = _hhr_alignment_line(line[17:], template=False)
+            if parsed is None:
+                raise KitError(f"{where} line {n}: cannot parse the query line {describe(line, 60)}")
+            start = _hhr_int(parsed[0], f"{where} line {n}", "the query line's start") - 1
+            delta = parsed[1]
+            end = _hhr_int(parsed[2], f"{where} line {n}", "the query line's end")
             block = end - start + delta.count("-")
             if block != len(delta):
                 raise KitError(f"{where} line {n}: the query line's residues do not span {start + 1} to {end}")
-            query += delta
+            query.append(delta)
             _hhr_indices(delta, start, indices_query)
         elif line.startswith("T ") and not line.startswith(("T ss_dssp", "T ss_pred", "T Consensus")):
-            m = _HHR_HIT.match(line[17:])
-            if m is None or not m.group(1):
-                raise KitError(f"{where} line {n}: cannot parse the template line {line[:60]!r}")
-            delta = m.group(2)
+            parsed = _hhr_alignment_line(line[17:], template=True)
+            if parsed is None:
+                raise KitError(f"{where} line {n}: cannot parse the template line {describe(line, 60)}")
+            delta = parsed[1]
             if block != len(delta):
                 raise KitError(f"{where} line {n}: the template line's residues are not as many as its query "
                                "line's")
-            hit += delta
-            _hhr_indices(delta, int(m.group(1)) - 1, indices_hit)
-    return TemplateHit(number, name, int(aligned_cols), sum_probs, query, hit, indices_query, indices_hit)
+            hit.append(delta)
+            _hhr_indices(delta, _hhr_int(parsed[0], f"{where} line {n}", "the template line's start") - 1,
+                         indices_hit)
+    return TemplateHit(number, name, int(aligned_cols), sum_probs, "".join(query), "".join(hit), indices_query,
+                       indices_hit)
 
 
 def parse_hhr(text: str, where: str) -> list[TemplateHit]:
     """The hits of an hhr file, as parse_hhr finds them (parsers.py:358-373): each paragraph
-    from a line starting 'No ' to the next."""
-    lines = text.splitlines()
+    from a line starting 'No ' to the next; the file's lines bounded first (split_lines)."""
+    lines = split_lines(text, where, MAX_HHR_LINE)
     starts = [i for i, line in enumerate(lines) if line.startswith("No ")]
     starts.append(len(lines))
     return [_parse_hhr_hit(lines[a:b], f"{where} hit at line {a + 1}") for a, b in zip(starts, starts[1:])]

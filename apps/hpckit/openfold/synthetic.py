@@ -584,10 +584,11 @@ def parse_segments(segments: dict | None) -> dict:
     for name, value in segments.items():
         ok = isinstance(value, (list, tuple)) and len(value) == 3 and all(
             isinstance(v, (int, float)) and not isinstance(v, bool) for v in value)
-        if not ok or not (value[0] >= 0 and isinstance(value[1], int) and isinstance(value[2], int)
-                          and 1 <= value[1] <= value[2]):
-            raise KitError(f"datagen openfold: segments.{name} must be [weight >= 0, shortest >= 1, longest >= "
-                           f"shortest] (got {value!r:.60})")
+        if not ok or not (0 <= value[0] <= 1e6 and isinstance(value[1], int) and isinstance(value[2], int)
+                          and 1 <= value[1] <= value[2] <= records.VAL_MAX_SEQUENCE_LENGTH):
+            raise KitError(f"datagen openfold: segments.{name} must be [weight 0..1e6, shortest >= 1, longest >= "
+                           f"shortest, at most {records.VAL_MAX_SEQUENCE_LENGTH} (a chain's length)] "
+                           f"(got {value!r:.60})")
         out[SEGMENT_NAMES[name]] = (float(value[0]), int(value[1]), int(value[2]))
     total = sum(out[k][0] for k in "HEC")
     if not total > 0:
@@ -603,10 +604,13 @@ def write_dataset(out: str | os.PathLike, n_train: int, n_valid: int, seed: int 
     """Write the data set into `out` (a new or empty directory; its parents are created) and
     return its manifest. Chain lengths are drawn from min_length..max_length (default
     max(12, crop // 2) .. 2 * crop: some shorter than the crop, most longer)."""
-    for name, value, low in (("n_train", n_train, 1), ("n_valid", n_valid, 1), ("crop", crop, 4),
-                             ("msa_depth", msa_depth, 1), ("num_shards", num_shards, 1)):
-        if isinstance(value, bool) or not isinstance(value, int) or value < low:
-            raise KitError(f"datagen openfold: {name} must be an integer >= {low} (got {value!r})")
+    # upper bounds (docs/security.md "Bounds"): the reference's 594,595 chains, MSAs of up to
+    # 10,000 sequences, 10 shards, crop 256 (transforms.DATA_BOUNDS)
+    for name, value, low, high in (("n_train", n_train, 1, 1 << 20), ("n_valid", n_valid, 1, 1 << 20),
+                                   ("crop", crop, 4, 4096), ("msa_depth", msa_depth, 1, 1 << 14),
+                                   ("num_shards", num_shards, 1, 4096)):
+        if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+            raise KitError(f"datagen openfold: {name} must be an integer in {low}..{high} (got {value!r:.40})")
     root = check_path(out, f"datagen --out {out}")
     if not root.parent.exists():
         ensure_writable_dir(root.parent, "datagen --out")

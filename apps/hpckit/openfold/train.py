@@ -82,9 +82,10 @@ Differences from the reference (one line each):
 from __future__ import annotations
 
 import hashlib
-import io
 import math
+import os
 import re
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -109,7 +110,8 @@ LOG_STYLE = LogStyle(cache_clear_first=False, metric_at="eval", eval_in_epoch=Fa
                      epoch_unit="train/eval cycles")
 DATALOADER_TYPES = ("InitialTrainingDataloaderPT",)   # train.py:209-220 (PQ: not offered)
 NO_CHECKPOINT_SHA256 = hashlib.sha256(b"").hexdigest()
-CHECKPOINT_LIMIT = 8 << 30          # the reference's resumable checkpoint is 1.1 GiB (README.md:101)
+CHECKPOINT_LIMIT = 8 << 30          # never more (the reference's resumable checkpoint is 1.1 GiB, README.md:101)
+CHECKPOINT_SLACK = 64 << 20         # checkpoint_limit: the pickle and zip around the tensors
 EVAL_WORKERS = 2                    # --num_val_dataloader_workers 2 (README.md:152)
 _DATE = re.compile(r"\d{4}-\d{2}-\d{2}")
 _SHA256 = re.compile(r"[0-9a-f]{64}")
@@ -117,8 +119,19 @@ _SHA256 = re.compile(r"[0-9a-f]{64}")
 
 # ------------------------------------------------------------------ the config
 
-def _int(value, low: int) -> bool:
-    return isinstance(value, int) and not isinstance(value, bool) and value >= low
+def _int(value, low: int, high: int | None = None) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool) and value >= low and (high is None or value <= high)
+
+
+# Upper bounds of the run's counts (docs/security.md "Bounds"; the data pipeline's are
+# transforms.DATA_BOUNDS, the model's widths model.MAX_WIDTH and MAX_BLOCKS): what the
+# reference's data and runs use, generously, and finite (each of these was a loop or an
+# allocation of its size before the first sample).
+MAX_SAMPLES = 1 << 20         # data.n_train, n_valid: the reference selects 594,595 and 180
+MAX_LOCAL_BATCH = 256         # data.batch_size: the reference's runs take 1 a rank
+MAX_LOADER_WORKERS = 256      # data.loader_workers: the reference's 14 a rank
+MAX_TRAIN_ITERS = 1 << 20     # train.num_train_iters: the reference's 2,000 (warm-up and cycles within them)
+MAX_TRAIN_SAMPLES = 1 << 26   # num_train_iters x global batch drawn by the sampler: 2,000 x 2,048 = 4.1 M at most
 
 
 def _number(value, low: float) -> bool:
@@ -127,9 +140,11 @@ def _number(value, low: float) -> bool:
 
 def validate_config(cfg: dict) -> None:
     d, o, s, t = cfg["data"], cfg["optimizer"], cfg["swa"], cfg["train"]
-    for key in ("n_train", "n_valid", "batch_size"):
-        require(_int(d[key], 1), f"data.{key}", f"must be an integer >= 1 (got {d[key]!r})")
+    for key, high in (("n_train", MAX_SAMPLES), ("n_valid", MAX_SAMPLES), ("batch_size", MAX_LOCAL_BATCH)):
+        require(_int(d[key], 1, high), f"data.{key}", f"must be an integer in 1..{high} (got {d[key]!r:.40})")
     check_auto_or_count(d["loader_workers"], "data.loader_workers")
+    require(d["loader_workers"] == "auto" or d["loader_workers"] <= MAX_LOADER_WORKERS, "data.loader_workers",
+            f"must be auto or a count 0..{MAX_LOADER_WORKERS} (got {d['loader_workers']!r:.40})")
     TR.data_config(cfg)   # the pipeline's keys, each checked (a bad one names itself)
     require(o["name"] == "Adam", "optimizer.name", f"the reference trains with Adam (got {o['name']!r})")
     for key in ("base_lr", "warmup_lr_init", "weight_decay"):
@@ -150,8 +165,15 @@ def validate_config(cfg: dict) -> None:
     require(t["precision"] == "fp32", "train.precision",
             f"OpenFold trains in fp32 (the reference refuses bf16, fp16 and amp, train.py:470-471); got "
             f"{t['precision']!r}")
-    for key in ("num_train_iters", "val_every_iters", "gradient_accumulation_iters", "val_max_sequence_length"):
-        require(_int(t[key], 1), f"train.{key}", f"must be an integer >= 1 (got {t[key]!r})")
+    for key, high in (("num_train_iters", MAX_TRAIN_ITERS), ("val_every_iters", MAX_TRAIN_ITERS),
+                      ("gradient_accumulation_iters", MAX_TRAIN_ITERS),
+                      ("val_max_sequence_length", records.MAX_CHAIN_RESIDUES)):
+        require(_int(t[key], 1, high), f"train.{key}", f"must be an integer in 1..{high} (got {t[key]!r:.40})")
+    # the warm-up's learning rates are made at init (a float64 linspace of warmup_lr_iters): beyond the
+    # run's iterations none is ever used
+    require(o["warmup_lr_iters"] <= t["num_train_iters"], "optimizer.warmup_lr_iters",
+            f"must be at most train.num_train_iters ({t['num_train_iters']}): a warm-up past the run's end is never "
+            f"reached (got {o['warmup_lr_iters']})")
     accumulation = t["gradient_accumulation_iters"]
     for key, value in (("train.num_train_iters", t["num_train_iters"]), ("train.val_every_iters", t["val_every_iters"]),
                        ("optimizer.warmup_lr_iters", o["warmup_lr_iters"])):   # train.py:277-283
@@ -196,20 +218,207 @@ class Checkpoint:
     optimizer_state: dict | None
 
 
+def checkpoint_limit(n_params: int) -> int:
+    """The most bytes a --checkpoint of a model of `n_params` parameters is read to: the
+    reference's resumable checkpoint holds the parameters and Adam's two moments in float32
+    (93.2 M parameters: 1.1 GiB, README.md:101); allowed are four tensors a parameter (the
+    parameters, exp_avg, exp_avg_sq, amsgrad's max_exp_avg_sq) of up to 8 bytes an element,
+    and CHECKPOINT_SLACK for the pickle and the zip around them; never more than CHECKPOINT_LIMIT."""
+    return min(CHECKPOINT_LIMIT, 4 * 8 * n_params + CHECKPOINT_SLACK)
+
+
+def _load_once(path: str, what: str, limit: int) -> tuple[str, object]:
+    """(sha256 of the file's bytes, torch.load(weights_only=True) of them), the file held in
+    memory once: one descriptor, its bytes hashed in 8 MiB pieces, then read by torch.load from
+    the same descriptor (the tensors are the one copy; before, the file's bytes were a second).
+    A file that changes meanwhile (its size, mtime or ctime: ctime changes with any write, and
+    no user can set it back) is refused, so the digest logged is of the bytes loaded."""
+    from hpckit.common.inputs import _strerror
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except (OSError, ValueError) as e:
+        raise KitError(f"{what}: cannot read ({_strerror(e)})") from None
+    with open(fd, "rb", buffering=1 << 20) as f:
+        try:
+            before = os.fstat(fd)
+            if stat.S_ISDIR(before.st_mode):
+                raise KitError(f"{what}: is a directory, not a file")
+            if not stat.S_ISREG(before.st_mode):
+                raise KitError(f"{what}: not a regular file (a FIFO, socket or device is never read)")
+            if before.st_size > limit:
+                raise KitError(f"{what}: {before.st_size} bytes, more than the {limit} a checkpoint of the config's "
+                               "model is read to (four float64 tensors a parameter, and 64 MiB)")
+            digest, n = hashlib.sha256(), 0
+            while chunk := f.read(8 << 20):
+                digest.update(chunk)
+                n += len(chunk)
+            _check_checkpoint_pickle(f, what)
+            f.seek(0)
+        except OSError as e:
+            raise KitError(f"{what}: cannot read ({_strerror(e)})") from None
+        try:
+            loaded = torch.load(f, map_location="cpu", weights_only=True)
+        except Exception as e:   # not a zip, a pickle naming a global weights_only refuses, cut short ...
+            raise KitError(f"{what}: not a PyTorch checkpoint that torch.load reads with weights_only=True "
+                           f"({_load_error(e)})") from None
+        after = os.fstat(fd)
+    if n != before.st_size or (after.st_size, after.st_mtime_ns, after.st_ctime_ns) != (
+            before.st_size, before.st_mtime_ns, before.st_ctime_ns):
+        raise KitError(f"{what}: changed while it was read (its sha256 would not be of the bytes loaded)")
+    return digest.hexdigest(), loaded
+
+
+def _check_checkpoint_pickle(f, what: str) -> None:
+    """The pickle of a torch.save zip (its first record's folder's data.pkl, the record
+    torch.load unpickles), bounded before torch.load builds it (records.check_pickle_shape):
+    torch's weights-only unpickler hashes every dict key it sets, and a key nested a million
+    deep crashed it (SIGSEGV), one doubled through the memo hung it. At most CHECKPOINT_SLACK
+    bytes (the reference's is about a MB: the tensors' data are records of their own). A file
+    that is not such a zip (torch's legacy format) is refused: torch.save writes zips since
+    torch 1.6, and the reference's checkpoint is one."""
+    import zipfile
+    try:
+        f.seek(0)
+        with zipfile.ZipFile(f) as z:
+            infos = z.infolist()
+            first = infos[0].filename if infos else ""
+            name = f"{first.split('/', 1)[0]}/data.pkl"
+            info = next((i for i in infos if i.filename == name), None)
+            if "/" not in first or info is None:
+                raise KitError(f"{what}: not a PyTorch checkpoint: a zip without {name} (torch.save's layout)")
+            if info.file_size > CHECKPOINT_SLACK:
+                raise KitError(f"{what}: its {name} is {info.file_size} bytes, more than the {CHECKPOINT_SLACK} a "
+                               "checkpoint's pickle is read to")
+            with z.open(info) as member:
+                raw = member.read(CHECKPOINT_SLACK + 1)
+    except KitError:
+        raise
+    except Exception as e:   # not a zip, a damaged directory, a compression zipfile cannot read ...
+        raise KitError(f"{what}: not a PyTorch checkpoint in torch.save's zip format ({str(e)[:200] or type(e).__name__})") \
+            from None
+    if len(raw) > CHECKPOINT_SLACK:
+        raise KitError(f"{what}: its {name} holds more than the {CHECKPOINT_SLACK} bytes a checkpoint's pickle is read to")
+    try:
+        records.check_pickle_shape(raw)
+    except ValueError as e:
+        raise KitError(f"{what}: refused before torch.load builds it: its {name} {str(e)[:200]}") from None
+
+
+def _show_key(key) -> str:
+    return records.describe(key, 120)
+
+
+def _check_tensor(value, shape: tuple, what: str, nonnegative: bool = False) -> None:
+    """A dense floating-point tensor of `shape` with finite values (and none < 0 where
+    `nonnegative`), else one KitError naming `what`."""
+    if not isinstance(value, torch.Tensor) or value.layout != torch.strided or not value.is_floating_point():
+        raise KitError(f"{what}: not a dense floating-point tensor")
+    if tuple(value.shape) != shape:
+        raise KitError(f"{what}: shape {tuple(value.shape)}, the config's model has {shape}")
+    if not torch.isfinite(value).all():
+        raise KitError(f"{what}: holds non-finite values")
+    if nonnegative and value.numel() and bool((value < 0).any()):
+        raise KitError(f"{what}: holds negative values (Adam's second moments are squares; their square root "
+                       "would be NaN)")
+
+
+# Adam's param_group keys (torch.optim.Adam.__init__ and __setstate__): those whose value would
+# change the run are compared with the config; the implementation switches must be the ones the
+# kit's Adam is built with (a fused, capturable or differentiable group fails at the first step
+# on a CPU, or takes another code path; maximize ascends; decoupled weight decay is AdamW)
+ADAM_GROUP_KEYS = {"params", "lr", "betas", "eps", "weight_decay", "amsgrad", "maximize", "foreach", "capturable",
+                   "differentiable", "fused", "decoupled_weight_decay", "param_names", "initial_lr"}
+MAX_ADAM_STEP = 1 << 24    # a float32 step count is exact to 2^24; the reference's runs take 2,000
+
+
+def check_optimizer_state(state_dict, params: list[tuple[str, tuple]], cfg: dict, what: str) -> None:
+    """The optimizer_state_dict of a resumable checkpoint, checked before training against the
+    Adam the run builds (one group of the model's parameters, in their order) and the config:
+    what optimizer.load_state_dict and the first Adam step would otherwise fail on with a
+    traceback, or take silently: every exp_avg, exp_avg_sq (and max_exp_avg_sq) of a
+    parameter's shape, dense, floating-point, finite (the squares >= 0), every step a finite
+    count 0..MAX_ADAM_STEP, the group's hyperparameters the config's (load_state_dict replaces
+    the optimizer's with the file's: the log would show the config's and Adam use others)."""
+    where = f"{what} key 'optimizer_state_dict'"
+    if type(state_dict) is not dict or type(state_dict.get("state")) is not dict \
+            or type(state_dict.get("param_groups")) is not list:
+        raise KitError(f"{where}: not an optimizer's state_dict (state, param_groups)")
+    groups = state_dict["param_groups"]
+    if len(groups) != 1 or type(groups[0]) is not dict:
+        raise KitError(f"{where}: {len(groups)} param_groups, the run's Adam has one (all the model's parameters)")
+    group = groups[0]
+    unknown = [k for k in group if type(k) is not str or k not in ADAM_GROUP_KEYS]
+    if unknown:
+        raise KitError(f"{where}: param_groups[0] holds {_show_key(unknown[0])}, not a key of Adam's")
+    ids = group.get("params")
+    if type(ids) is not list or not all(type(i) is int for i in ids) or len(set(ids)) != len(ids):
+        raise KitError(f"{where}: param_groups[0].params is not a list of distinct parameter ids")
+    if len(ids) != len(params):
+        raise KitError(f"{where}: its param_groups hold {len(ids)} parameters, the model {len(params)}")
+    o = cfg["optimizer"]
+    want = {"betas": [float(b) for b in o["betas"]], "eps": float(o["eps"]), "weight_decay": float(o["weight_decay"]),
+            "amsgrad": bool(o["amsgrad"])}
+    for key, value in want.items():
+        have = group.get(key)
+        if key == "betas":
+            ok = type(have) in (list, tuple) and len(have) == 2 and all(
+                type(b) in (int, float) and float(b) == w for b, w in zip(have, value))
+        elif key == "amsgrad":
+            ok = have is value
+        else:
+            ok = type(have) in (int, float) and float(have) == value
+        if not ok:
+            shown = (f"[{', '.join(_show_key(b) for b in have)}]" if type(have) in (list, tuple) and len(have) <= 2
+                     else _show_key(have))
+            raise KitError(f"{where}: param_groups[0].{key} is {shown}, "
+                           f"the config's optimizer.{key} {o[key]!r} (Adam would train with the file's; the log "
+                           "would show the config's)")
+    lr = group.get("lr")
+    if type(lr) not in (int, float) or not math.isfinite(lr) or lr < 0:
+        raise KitError(f"{where}: param_groups[0].lr is {_show_key(lr)}, not a learning rate >= 0")
+    for key in ("maximize", "capturable", "differentiable", "decoupled_weight_decay", "fused"):
+        if group.get(key) not in (None, False):
+            raise KitError(f"{where}: param_groups[0].{key} is {_show_key(group.get(key))}, the run's Adam has it off")
+    if group.get("foreach") not in (None, True, False):
+        raise KitError(f"{where}: param_groups[0].foreach is {_show_key(group.get('foreach'))}, not true, false or null")
+    shape_of = {i: params[k] for k, i in enumerate(ids)}
+    moments = ("exp_avg", "exp_avg_sq") + (("max_exp_avg_sq",) if want["amsgrad"] else ())
+    for key, entry in state_dict["state"].items():
+        if type(key) is not int or key not in shape_of:
+            raise KitError(f"{where}: state key {_show_key(key)} is not one of its param_groups' parameters")
+        name, shape = shape_of[key]
+        at = f"{where} state {key} ({name})"
+        if type(entry) is not dict or (entry and set(entry) != {"step", *moments}):
+            raise KitError(f"{at}: not Adam's state of a parameter ({', '.join(('step',) + moments)})")
+        if not entry:
+            continue
+        for moment in moments:
+            _check_tensor(entry[moment], shape, f"{at} {moment}", nonnegative=moment != "exp_avg")
+        step = entry["step"]
+        if isinstance(step, torch.Tensor):
+            ok = step.dim() == 0 and step.layout == torch.strided and not step.is_complex() and step.dtype != torch.bool
+            step = float(step) if ok else None
+        elif type(step) in (int, float):
+            step = float(step)
+        else:
+            step = None
+        if step is None or not math.isfinite(step) or not 0 <= step <= MAX_ADAM_STEP:
+            raise KitError(f"{at} step: not a step count 0..{MAX_ADAM_STEP}")
+
+
 def read_checkpoint(path: str, cfg: dict) -> Checkpoint:
     """The reference's initialize_parameters_from_checkpoint up to the loading (train.py:305-325):
-    the file's bytes and their sha256, then torch.load(weights_only=True) of them; every name and
-    shape checked against the config's model (on the meta device) before a parameter is touched.
-    A missing, unreadable or foreign file is one KitError naming it."""
-    from hpckit.common.inputs import read_bytes
+    the file's sha256 and torch.load(weights_only=True) of the same bytes, held in memory once
+    and bounded by the config's model (_load_once, checkpoint_limit); then every tensor the run
+    will take from it checked against the config's model (on the meta device) before a
+    parameter is touched: each name, shape and dtype, values finite, and the optimizer's state
+    (check_optimizer_state). A missing, unreadable, foreign or oversized file is one KitError
+    naming it."""
     what = f"--checkpoint {path}"
-    data = read_bytes(path, what, limit=CHECKPOINT_LIMIT)
-    sha256 = hashlib.sha256(data).hexdigest()
-    try:
-        loaded = torch.load(io.BytesIO(data), map_location="cpu", weights_only=True)
-    except Exception as e:   # not a zip, a pickle naming a global weights_only refuses, cut short ...
-        raise KitError(f"{what}: not a PyTorch checkpoint that torch.load reads with weights_only=True "
-                       f"({_load_error(e)})") from None
+    with torch.device("meta"):
+        meta = M.AlphaFold(cfg)
+    params = [(name, tuple(p.shape)) for name, p in meta.named_parameters()]
+    sha256, loaded = _load_once(path, what, checkpoint_limit(sum(math.prod(s) for _, s in params)))
     if not isinstance(loaded, dict):
         raise KitError(f"{what}: holds a {type(loaded).__name__}, not a state_dict or a resumable checkpoint")
     if "alphafold_state_dict" in loaded and "optimizer_state_dict" in loaded:   # train.py:316-325
@@ -218,31 +427,17 @@ def read_checkpoint(path: str, cfg: dict) -> Checkpoint:
         state, optimizer_state = loaded, None
     if not isinstance(state, dict):
         raise KitError(f"{what}: its alphafold_state_dict is a {type(state).__name__}, not a state_dict")
-    with torch.device("meta"):
-        meta = M.AlphaFold(cfg)
     want = {k: tuple(v.shape) for k, v in meta.state_dict().items()}
-    n_params = sum(1 for _ in meta.parameters())
     for key, value in state.items():
-        if key not in want:
-            raise KitError(f"{what} key {str(key)[:120]!r}: not a parameter of the config's model "
+        if type(key) is not str or key not in want:
+            raise KitError(f"{what} key {_show_key(key)}: not a parameter of the config's model "
                            f"({cfg['name']}: {len(want)} tensors)")
-        if not isinstance(value, torch.Tensor) or not value.is_floating_point():
-            raise KitError(f"{what} key {key!r}: not a floating-point tensor")
-        if tuple(value.shape) != want[key]:
-            raise KitError(f"{what} key {key!r}: shape {tuple(value.shape)}, the config's model has {want[key]}")
-        if not torch.isfinite(value).all():
-            raise KitError(f"{what} key {key!r}: holds non-finite values")
+        _check_tensor(value, want[key], f"{what} key {_show_key(key)}")
     missing = [k for k in want if k not in state]
     if missing:
         raise KitError(f"{what}: lacks {len(missing)} of the model's {len(want)} tensors (the first: {missing[0]})")
     if optimizer_state is not None:
-        groups = optimizer_state.get("param_groups") if isinstance(optimizer_state, dict) else None
-        if (not isinstance(groups, list) or not groups or not isinstance(optimizer_state.get("state"), dict)
-                or not all(isinstance(g, dict) and isinstance(g.get("params"), list) for g in groups)):
-            raise KitError(f"{what} key 'optimizer_state_dict': not an optimizer's state_dict (state, param_groups)")
-        if sum(len(g["params"]) for g in groups) != n_params:
-            raise KitError(f"{what} key 'optimizer_state_dict': its param_groups hold "
-                           f"{sum(len(g['params']) for g in groups)} parameters, the model {n_params}")
+        check_optimizer_state(optimizer_state, params, cfg, what)
     return Checkpoint(Path(path), sha256, state, optimizer_state)
 
 
@@ -619,5 +814,8 @@ def train(args) -> int:
               f"{want_sha[:12]}..., this run starts from {start} ({have_sha[:12]}...): its log fails the rules' "
               "init_checkpoint_sha256sum check", file=sys.stderr, flush=True)
     global_batch = cfg["data"]["batch_size"] * launched.ranks.size
+    if cfg["train"]["num_train_iters"] * global_batch > MAX_TRAIN_SAMPLES:   # the sampler draws them all at init
+        raise KitError(f"config key 'train.num_train_iters': {cfg['train']['num_train_iters']} iterations of a global "
+                       f"batch of {global_batch} are more than the {MAX_TRAIN_SAMPLES} samples a run draws")
     return lifecycle.train(OpenFoldParts(cfg, launched, global_batch, args.data, layout, files, checkpoint),
                            args.output_dir)

@@ -100,6 +100,21 @@ DATA_CONFIG = {
     "shuffle_top_k_prefiltered": 20,        # :389
     "use_clamped_fape_probability": 0.9,    # :338
 }
+# Each integer data setting's range (docs/security.md "Bounds"): what the reference's data and
+# model can use, generously, and finite (a crop of 10^9 residues or 10^12 recycling iterations
+# hung or allocated gigabytes before a sample was read). The reference's initial training uses
+# crop 256, 124 MSA clusters, 1,024 extra sequences, 4 templates and 3 recycling iterations
+# (AlphaFold's fine-tuning 384, 512 and 5,120); each bound is 8 to 16 times the larger, and
+# every feature the pipeline makes stays below a few GiB at the bounds together.
+DATA_BOUNDS = {
+    "crop_size": (1, 4096),                       # residues; 16 x the reference's 256
+    "max_msa_clusters": (1, 4096),                # 33 x 124, 8 x fine-tuning's 512
+    "max_distillation_msa_clusters": (1, 4096),   # 4 x its 1,000
+    "max_extra_msa": (0, 16384),                  # 16 x 1,024, 3 x fine-tuning's 5,120
+    "max_templates": (0, 64),                     # 16 x 4 (hhsearch's hits: some hundred; the model takes 4)
+    "num_recycling_iters": (0, 32),               # 3 in training; AlphaFold's inference up to 20
+    "shuffle_top_k_prefiltered": (0, 4096),       # 20 (or null: no shuffling)
+}
 # The kit's own keys of a config's `data:` section, read by the training loop and datagen, not by
 # the pipeline (data_config passes over them): the split sizes, the local batch, the loader's
 # workers, the synthetic data's shape.
@@ -184,14 +199,15 @@ def data_config(cfg: dict | DataConfig) -> DataConfig:
         if key not in DATA_CONFIG:
             raise KitError(f"data.{key}: unknown key (known: {', '.join(DATA_CONFIG)})")
         values[key] = value
-    for key in ("crop_size", "max_msa_clusters", "max_distillation_msa_clusters"):
+    for key, (low, high) in DATA_BOUNDS.items():
         v = values[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 1:
-            raise KitError(f"data.{key}: must be an integer >= 1 (got {v!r})")
-    for key in ("max_extra_msa", "max_templates", "num_recycling_iters"):
-        v = values[key]
-        if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-            raise KitError(f"data.{key}: must be an integer >= 0 (got {v!r})")
+        if key == "shuffle_top_k_prefiltered" and v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
+            raise KitError(f"data.{key}: must be an integer in {low}..{high} (got {v!r:.40})")
+    for key in ("masked_msa_enabled", "msa_cluster_features"):
+        if not isinstance(values[key], bool):
+            raise KitError(f"data.{key}: must be true or false (got {values[key]!r:.40})")
     probs = [values[k] for k in ("masked_msa_profile_prob", "masked_msa_same_prob", "masked_msa_uniform_prob")]
     for key in ("masked_msa_profile_prob", "masked_msa_same_prob", "masked_msa_uniform_prob",
                 "masked_msa_replace_fraction", "use_clamped_fape_probability"):
