@@ -271,10 +271,9 @@ def _throughput_of(v: SetView, basis: list) -> None:
     recorded (n/a with the reason where none did, never 0)."""
     samples = median([f.train_samples for f in basis])
     v.train_samples = int(samples) if samples else None
-    no_epochs = next((f.no_epochs for f in basis if f.no_epochs), None)
-    v.per_unit = None if no_epochs else median([f.steady_per_unit for f in basis])
-    v.per_unit_why = (no_epochs if no_epochs else "" if v.per_unit is not None else
-                      "no epoch times, train samples or compute units in the logs")
+    v.per_unit = median([f.steady_per_unit for f in basis])
+    why = next((f.throughput_why for f in basis if f.throughput_why), "")
+    v.per_unit_why = "" if v.per_unit is not None else why or "no compute units in the logs"
     f = v.median
     v.unit = ("accelerator" if f.log.number_of_nodes is not None and f.log.accelerators_per_node
               else "rank (CPU)" if f.ranks else "node" if f.log.number_of_nodes is not None else "")
@@ -529,7 +528,9 @@ def _plot_throughput(plt, views: list[SetView], out: Path) -> list[tuple[str, li
                 tick.set_fontweight("bold")
         left.invert_yaxis()
         left.set_xlabel("training samples/s per compute unit (log; accelerator, CPU runs: rank), after the "
-                        "first epoch; whisker = runs' min-max", fontsize=7)
+                        + ("first train/eval cycle: the samples between evaluations over the cycles' training time"
+                           if bench.lower() == "openfold" else "first epoch")
+                        + "; whisker = runs' min-max", fontsize=7)
         more = f"; {hidden} more published sets in the sets table" if hidden else ""
         left.set_title(f"{title}: {_sets(len(vs))}{more}", fontsize=9, loc="left",
                        color="black" if model == "reference" else "#b2182b",
@@ -613,14 +614,16 @@ def _plot_scaling(plt, views: list[SetView], out: Path) -> list[str]:
     on the closed division's data is a hollow marker with its data set in the legend.
     Returns the legends' labels."""
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
-    panels = [(axes[0][0], "compute_units", "epoch_throughput", "compute units (per instance)", "epoch throughput (samples/s)"),
-              (axes[0][1], "global_batch_size", "epoch_throughput", "global batch size", "epoch throughput (samples/s)"),
-              (axes[1][0], "compute_units", "epochs", "compute units (per instance)", "epochs to converge"),
-              (axes[1][1], "global_batch_size", "epochs", "global batch size", "epochs to converge")]
+    train = "training samples/s (an epoch's; OpenFold: a cycle's)"
+    epochs = "epochs to converge (OpenFold: samples / train samples)"
+    panels = [(axes[0][0], "compute_units", "epoch_throughput", "compute units (per instance)", train),
+              (axes[0][1], "global_batch_size", "epoch_throughput", "global batch size", train),
+              (axes[1][0], "compute_units", "epochs", "compute units (per instance)", epochs),
+              (axes[1][1], "global_batch_size", "epochs", "global batch size", epochs)]
     markers = {"cosmoflow": "o", "deepcam": "s", "oc20": "D", "openfold": "^"}
 
     def value(f, attr):
-        return f.log.epochs if attr == "epochs" else getattr(f, attr)
+        return f.epochs_to_converge if attr == "epochs" else getattr(f, attr)
 
     # a set not on the closed division's data is drawn hollow and named with its data set
     groups = sorted({(v.benchmark, v.closed_data, "" if v.closed_data else v.axis) for v in views},
@@ -645,7 +648,7 @@ def _plot_scaling(plt, views: list[SetView], out: Path) -> list[str]:
                                 markersize=7 if origin == "site" else 5, markerfacecolor=None if closed else "none",
                                 label=f"{origin} {bench}" + ("" if closed else f" ({axis}, not closed-division data)"))
         ax.set_xscale("log")
-        ax.set_yscale("log")   # benchmarks differ by orders of magnitude (OpenFold counts steps)
+        ax.set_yscale("log")   # benchmarks differ by orders of magnitude (OpenFold: a fraction of an epoch)
         ax.set_xlabel(xl)
         ax.set_ylabel(yl)
         ax.grid(alpha=0.3)
@@ -890,7 +893,7 @@ def _breakdown_rows(views: list[SetView]) -> list[str]:
                  median([f.eval_share for f in fs]), m("staging_epoch_ratio"), per(m("steady_throughput")),
                  per(m("eval_throughput")), m("unit_hours")]
         no_epochs = next((f.no_epochs for f in fs if f.no_epochs), None)
-        per_epoch = (3, 4, 7, 8)     # epoch, warm-up, staging / epoch, epoch throughput
+        per_epoch = (3, 4, 7)     # epoch, warm-up, staging / epoch (OpenFold's throughput: its cycles')
         out.append(f'<tr class="{v.origin}"><td class="name">{html.escape(cells[0])}</td>'
                    + "".join(_na("", no_epochs) if no_epochs and i in per_epoch else _cell(c, "{:.3g}")
                              for i, c in enumerate(cells[1:], start=1))
@@ -1000,12 +1003,12 @@ def _run_rows(facts: list[RunFacts]) -> list[str]:
             + _epoch_cell(f.no_epochs, r.epochs, "{:d}", "epochs") + _cell(r.time_to_train_min, "{:.2f}", "ttt")
             + _cell(f.staging_s, "{:.1f}", "staging") + _cell(f.train_s, "{:.1f}", "training")
             + _cell(f.eval_s, "{:.1f}", "evaluation") + _epoch_cell(f.no_epochs, f.epoch_s, "{:.2f}", "epoch")
-            + _epoch_cell(f.no_epochs, f.epoch_throughput, "{:.1f}", "throughput")
+            + _cell(f.epoch_throughput, "{:.1f}", "throughput")
             + _epoch_cell(f.no_epochs, f.staging_epoch_ratio, "{:.3f}", "ratio")
             + _cell(f.unit_hours, "{:.3f}", "unit-hours")
             + _cell("yes" if r.converged else "no", cls="converged")
-            + _per_unit_cell(None if f.no_epochs else f.steady_per_unit,
-                             f.no_epochs or "no epoch times, train samples or compute units in the log")
+            + _per_unit_cell(f.steady_per_unit, f.throughput_why if f.steady_throughput is None
+                             else "no compute units in the log")
             + _share_cell(f.input_wait, why, "input-wait")
             + _share_cell(f.gpu_busy, "no CUDA device: GPU busy is measured on CUDA runs only"
                           if f.input_wait is not None else why, "gpu-busy") + "</tr>")
@@ -1029,7 +1032,7 @@ def _set_rows(views: list[SetView]) -> list[str]:
             + _epoch_cell(no_epochs, median([f.log.epochs for f in basis]), "{:g}", "epochs")
             + _cell(median([f.global_batch_size for f in basis]), "{:g}", "batch")
             + _cell(median([f.compute_units for f in basis]), "{:g}", "units")
-            + _epoch_cell(no_epochs, median([f.epoch_throughput for f in basis]), "{:.1f}", "throughput")
+            + _cell(median([f.epoch_throughput for f in basis]), "{:.1f}", "throughput")
             + _epoch_cell(no_epochs, median([f.staging_epoch_ratio for f in basis]), "{:.3f}", "ratio")
             + _cell(spent if any(f.unit_hours is not None for f in v.facts) else None, "{:.3f}", "unit-hours")
             + _per_unit_cell(v.per_unit, v.per_unit_why) + _cell(v.unit or None, cls="unit")
@@ -1320,14 +1323,8 @@ def main(args) -> int:
     return 0
 
 
-def write_report(args, out: Path, site_sets, pub_sets, facts, views, runs_of, perf_rows, projections,
-                 site_yaml) -> None:
-    """Every file of the report, into `out` (the staged directory)."""
-    from hpckit.common.fileio import atomic_write_json, atomic_write_text
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _figures(plt, out: Path, views, site_sets, pub_sets, facts, perf_rows, projections, runs_of):
+    """Every figure into `out`; what the page says of them."""
     tts = _plot_tts(plt, views, out)
     throughput = _plot_throughput(plt, views, out)
     _plot_scaling(plt, views, out)
@@ -1338,7 +1335,22 @@ def write_report(args, out: Path, site_sets, pub_sets, facts, views, runs_of, pe
     _plot_history(plt, perf_rows, out)
     for i, v in enumerate(runs_of):
         _plot_runs(plt, v, out, f"runs-{i}.png")
+    return tts, throughput, analysis
 
+
+def write_report(args, out: Path, site_sets, pub_sets, facts, views, runs_of, perf_rows, projections,
+                 site_yaml) -> None:
+    """Every file of the report, into `out` (the staged directory)."""
+    from hpckit.common.fileio import atomic_write_json, atomic_write_text
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # every text drawn is plain text: org, system and check names come from logs and perflogs
+    # (untrusted), and a `$` pair in one would be read as math markup (a ParseException)
+    with matplotlib.rc_context({"text.parse_math": False}):
+        tts, throughput, analysis = _figures(plt, out, views, site_sets, pub_sets, facts, perf_rows, projections,
+                                             runs_of)
     inputs = [f"site: {a}" for a in args.runs] + [f"published: {a}" for a in args.published] \
         + [f"perflog: {a}" for a in args.perflog] + ([f"site profile: {site_yaml}"] if site_yaml else [])
     atomic_write_text(out / "index.html", render_html(args.title, site_sets, pub_sets, views, facts, perf_rows,
