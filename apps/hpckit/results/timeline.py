@@ -22,7 +22,8 @@ Three shapes are in the published logs (hpc_results_v1.0-v3.0) and the kit's own
 
 Told apart from the log alone: an evaluation is asynchronous where the training of another
 epoch went on while it ran (it started before that training, or the training went on after
-it; a blocking evaluation ends its epoch's training), by metadata.epoch_num, which every
+it, or had run for less time before it than it took; a blocking evaluation ends its epoch's
+training, after that training), by metadata.epoch_num, which every
 such log carries (without one: where two epochs' spans overlap); every other evaluation ran
 on the training ranks (blocking), and its time inside an epoch is not that epoch's training.
 On the clock, evaluation is the time an evaluation ran and no training did: the blocking
@@ -218,14 +219,15 @@ def read_timeline(upto: list, run_start_ms: float, run_stop_ms: float, train_sam
 
     # which evaluations ran beside the training of another epoch: the training went on
     # during it (it started after the evaluation, or went on after it, or no epoch_stop ended
-    # it: a blocking evaluation ends its epoch's training) and the epoch numbers say another epoch's (where
+    # it, or it had trained for less time before the evaluation than the evaluation took: a
+    # blocking evaluation ends its epoch's training, after that training) and the epoch numbers say another epoch's (where
     # the log has none: the evaluation lies where two epochs' spans overlap)
     for e in tl.evaluations:
         for i, tr in enumerate(tl.trainings):
             if _overlap(e.start_ms, e.stop_ms, tr.start_ms, tr.end_ms) <= JITTER_MS:
                 continue
             beside = (e.start_ms < tr.start_ms - JITTER_MS or e.stop_ms < tr.end_ms - JITTER_MS
-                      or not tr.stopped)
+                      or not tr.stopped or e.start_ms - tr.start_ms < e.stop_ms - e.start_ms)
             if e.epoch_num is not None and tr.epoch_num is not None:
                 other = e.epoch_num != tr.epoch_num
             else:
