@@ -143,7 +143,7 @@ class RunFacts:
     def epochs_to_converge(self) -> float | None:
         """The epochs the run trained (logs.RunLog.epochs); a log that counts no epochs
         (OpenFold): the training samples seen by its last evaluation, the official RCP
-        checker's count for it (mlperf_logging 4.1.68 rcp_checker/rcp_checker.py:119-123: the
+        checker's count for it (mlperf_logging 4.1.68 rcp_checker/rcp_checker.py:120-123: the
         last eval_accuracy's epoch_num), over train_samples: a fraction of an epoch."""
         if not self.no_epochs:
             return self.log.epochs
