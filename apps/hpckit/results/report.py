@@ -404,10 +404,34 @@ def shown_sets(views: list[SetView], benchmark: str, axis: str | None = None,
 
 # ---- plots -----------------------------------------------------------------------------
 
+def _plain_ticks(fig) -> None:
+    """Log axes labelled with plain numbers (0.06, 0.1, 200, 1e+06): the figures are drawn
+    with text.parse_math off (write_report), and matplotlib's default log labels are math
+    markup (`$\\mathdefault{10^{2}}$`). Which ticks get a label is LogFormatter's choice."""
+    from matplotlib.ticker import LogFormatter
+
+    class Plain(LogFormatter):
+        def _num_to_string(self, x, vmin, vmax):
+            return f"{x:g}"
+
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() == "log":
+                base = getattr(axis.get_transform(), "base", 10.0)
+                axis.set_major_formatter(Plain(base=base))
+                axis.set_minor_formatter(Plain(base=base, labelOnlyBase=False))
+
+
+def _layout(fig) -> None:
+    _plain_ticks(fig)
+    fig.tight_layout()
+
+
 def _save(fig, path: Path, tight: bool = False) -> None:
     """tight: the PNG grows to hold labels longer than the layout left room for (labels are
     cut to a bounded length, so the figure stays bounded)."""
     from hpckit.common.fileio import atomic_path
+    _plain_ticks(fig)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=90, **({"bbox_inches": "tight", "pad_inches": 0.1} if tight else {}))
 
@@ -478,7 +502,7 @@ def _plot_tts(plt, views: list[SetView], out: Path) -> list[tuple[str, list[SetV
         right.invert_yaxis()
         right.set_xlabel("median run's time to train (%)", fontsize=7)
         right.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=6, frameon=False)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / "tts.png", tight=True)
     plt.close(fig)
     return [(t, vs) for t, (vs, _) in zip(titles, rows)]
@@ -527,10 +551,10 @@ def _plot_throughput(plt, views: list[SetView], out: Path) -> list[tuple[str, li
                 tick.set_color(ORIGIN_COLORS["site"])
                 tick.set_fontweight("bold")
         left.invert_yaxis()
-        left.set_xlabel("training samples/s per compute unit (log; accelerator, CPU runs: rank), after the "
-                        + ("first train/eval cycle: the samples between evaluations over the cycles' training time"
-                           if bench.lower() == "openfold" else "first epoch")
-                        + "; whisker = runs' min-max", fontsize=7)
+        left.set_xlabel("samples between evaluations / training s, per compute unit (log), after the first "
+                        "cycle; whisker = runs' min-max" if bench.lower() == "openfold" else
+                        "training samples/s per compute unit (log; accelerator, CPU runs: rank), after the "
+                        "first epoch; whisker = runs' min-max", fontsize=7)
         more = f"; {hidden} more published sets in the sets table" if hidden else ""
         left.set_title(f"{title}: {_sets(len(vs))}{more}", fontsize=9, loc="left",
                        color="black" if model == "reference" else "#b2182b",
@@ -553,7 +577,7 @@ def _plot_throughput(plt, views: list[SetView], out: Path) -> list[tuple[str, li
         right.invert_yaxis()
         right.set_xlabel("share of the training loop's time (%)", fontsize=7)
         right.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=6, frameon=False)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / "throughput.png", tight=True)
     plt.close(fig)
     return [(t, vs) for t, (vs, _) in zip(titles, rows)]
@@ -594,7 +618,7 @@ def _plot_runs(plt, v: SetView, out: Path, name: str) -> None:
     ax.set_xlim(left=0)
     ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, frameon=False)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / name)
     plt.close(fig)
 
@@ -655,7 +679,7 @@ def _plot_scaling(plt, views: list[SetView], out: Path) -> list[str]:
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.suptitle("one point per set: median of its runs, whisker min-max", fontsize=9)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / "scaling.png")
     labels = sorted({text for ax in fig.axes if ax.get_legend() for text in
                      (t.get_text() for t in ax.get_legend().get_texts())})
@@ -700,7 +724,7 @@ def _plot_history(plt, rows: list[dict], out: Path) -> None:
             ax.axis("off")
         if hidden:
             fig.suptitle(f"{hidden} more variables in the perflog table", fontsize=8)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / "history.png")
     plt.close(fig)
 
@@ -825,7 +849,7 @@ def _plot_convergence(plt, pub: list, site: list, out: Path) -> None:
     axes.ravel()[0].legend(fontsize=7, loc="upper left")
     fig.suptitle("Epochs to converge against global batch size (closed division; one point per set: median, "
                  "whisker min-max)", fontsize=9)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / "convergence.png")
     plt.close(fig)
 
@@ -876,7 +900,7 @@ def _plot_map(plt, projectors: dict, projections: list[tuple[int, int]], out: Pa
         ax.set_title(f"{bench}, dataset {pj.dataset} (models: the list under the figure)", fontsize=8)
     fig.suptitle("Projected time to train of the site's system (dots: measured runs, stars: --project)",
                  fontsize=9)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / "projection.png")
     plt.close(fig)
     return rows
