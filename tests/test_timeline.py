@@ -190,6 +190,25 @@ def test_the_report_draws_the_asynchronous_sets_and_log_text_as_plain_text(tmp_p
         assert (out / png).stat().st_size > 1000
 
 
+def test_log_axes_say_plain_numbers():
+    """With math markup off (text from logs is drawn as written), the report's log axes are
+    labelled 0.06, 0.1, 0.2, not matplotlib's `$\\mathdefault{10^{-1}}$` drawn raw."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    from hpckit.results.report import _plain_ticks
+    with matplotlib.rc_context({"text.parse_math": False}):
+        fig, ax = plt.subplots()
+        ax.barh([0, 1], [0.18, 0.16])
+        ax.set_xscale("log")
+        ax.set_xlim(0.05, 0.5)
+        _plain_ticks(fig)
+        fig.canvas.draw()
+        labels = [t.get_text() for t in ax.get_xticklabels(which="both") if t.get_text()]
+        plt.close(fig)
+    assert labels and not any("$" in t for t in labels) and "0.1" in labels, labels
+
+
 def _every_shared_log() -> list[Path]:
     return sorted(p for p in REAL_LOGS.rglob("*.txt") if p.is_file() and p.name != "README.md") \
         if REAL_LOGS.is_dir() else []

@@ -346,10 +346,16 @@ def validate(sets: list[dict], facts: dict, points: list) -> list[dict]:
         row = {"round": g.round, "benchmark": s["benchmark"].lower(), "org": s["org"], "system": s["platform"],
                "scaling": s["score"]["kind"], "global_batch_size": int(g.global_batch_size), "runs": len(fs),
                "dataset": g.dataset}
+        # what a row that cannot be predicted still says: the measured figure, the olympic mean
+        # of the converged runs (the set's unscaled score; a weak set's time_to_train_all)
+        if row["scaling"] == "weak":
+            measured = (max(f.log.run_stop_ms for f in fs) - min(f.log.run_start_ms for f in fs)) / 60000.0
+        else:
+            measured = _olympic([f.total_s for f in fs]) / 60
         others = [p for p in points if not same_submitter(p.org, str(s["org"]))]
         curve: EpochCurve | None = fit_epochs(others, row["benchmark"], g.dataset, bootstrap=False)
         if curve is None:
-            row["skipped"] = "no other submitter's closed run of this dataset"
+            row.update(skipped="no other submitter's closed run of this dataset", measured_min=measured)
             rows.append(row)
             continue
         weak = row["scaling"] == "weak"
@@ -358,7 +364,7 @@ def validate(sets: list[dict], facts: dict, points: list) -> list[dict]:
         preds = [(_predict_run(f, e_pred), _predict_run(f, e_own), f) for f in fs]
         preds = [p for p in preds if p[0] is not None]
         if not preds:
-            row["skipped"] = "no epoch_start events to time"
+            row.update(skipped="no epoch_start events to time", measured_min=measured)
             rows.append(row)
             continue
         if weak:
