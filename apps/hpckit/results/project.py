@@ -164,6 +164,15 @@ def _nearest(runs: list[RunFacts], units: int) -> list[RunFacts]:
     return [f for f in have if abs(math.log(f.compute_units / units)) == best]
 
 
+def _cycles_per_epoch(runs: list[RunFacts], s_train: float, batch: float) -> float | None:
+    """For runs whose logs count no epochs (OpenFold): the train/eval cycles an epoch of
+    s_train samples holds at global batch `batch`, the cycles being as many steps as the
+    runs' (their samples between evaluations over their global batch); None for the others."""
+    steps = [float(np.median([x for x in f.interval_samples if x])) / f.global_batch_size for f in runs
+             if f.no_epochs and f.global_batch_size and any(f.interval_samples)]
+    return s_train / (float(np.median(steps)) * batch) if steps and s_train and batch else None
+
+
 # ---- the projection --------------------------------------------------------------------
 
 def _record(args, benchmark: str):
@@ -227,6 +236,14 @@ class Projector:
         near = _nearest(self.runs, n)
         x_eval_unit = median([f.per_unit(f.eval_throughput) for f in near])
         k_eval = median([f.evaluations / f.epochs_to_converge for f in self.runs if f.epochs_to_converge]) or 0.0
+        other = median([f.other_per_epoch_s for f in near]) or 0.0
+        cycles = _cycles_per_epoch(self.runs, self.s_train, n * b)
+        if cycles is not None:
+            # OpenFold evaluates every so many steps, not every epoch: its evaluations and gaps
+            # per epoch follow the cycles an epoch holds at the projected global batch
+            k_eval = cycles * (median([f.evaluations / len(f.cycles_s) for f in self.runs if f.cycles_s]) or 0.0)
+            other = cycles * (median([f.other_per_epoch_s / f.cycles_per_epoch for f in near
+                                      if f.cycles_per_epoch]) or 0.0)
         # of the evaluations' time, what the clock spends on them: all where they block the
         # training, what the training waited for where they run beside it (timeline.py)
         on_clock = median([f.eval_blocking_fraction for f in near])
@@ -236,8 +253,7 @@ class Projector:
                 "epoch": self.s_train / self.system.throughput(n, b),
                 "eval_per_epoch": k_eval * self.s_eval / (n * x_eval_unit) * on_clock
                 if (x_eval_unit and self.s_eval) else 0.0,
-                "other_per_epoch": median([f.other_per_epoch_s for f in near]) or 0.0,
-                "x_eval_unit": x_eval_unit, "k_eval": k_eval}
+                "other_per_epoch": other, "x_eval_unit": x_eval_unit, "k_eval": k_eval}
 
     def predict(self, n: int, b: int) -> dict:
         batch = n * b
