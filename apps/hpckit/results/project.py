@@ -30,7 +30,10 @@ the system, so
   nor evaluation (a steady cycle less both): medians of the runs at the unit count nearest
   N, not scaled; the throughput X is that of the epochs after the first;
 * S_train, S_eval: the runs' dataset (--dataset runs) or the official one (--dataset
-  official, the default: the record's latest dataset of the benchmark).
+  official, the default: the record's latest dataset of the benchmark);
+* OpenFold counts no epochs: E is the fraction of an epoch to converge (its samples to
+  converge over train_samples), X its cycles' samples over their training time, k_eval and
+  T_other follow the train/eval cycles an epoch holds at N x b (its runs' steps per cycle).
 
 Validation (--validate), on data nobody tuned to: every published closed set of CosmoFlow,
 DeepCAM, OC20 and OpenFold is predicted from its own runs' first epochs and the convergence
