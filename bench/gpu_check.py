@@ -22,12 +22,12 @@ run first: the whole path from files):
             (one period of its recycling draws each) on one datagen chain cropped to 256, each
             followed by the evaluation of one 495-residue validation target (OPENFOLD_E2E_LIMIT_S
             bounds it). Per run: the sustained training samples/s (median epoch after the first:
-            what a full-size run's long epochs see; OpenFold: the median cycle's training after
-            the first), the first epoch's seconds (cuDNN autotuning, the CUDA graph's capture,
-            the first reads), the rate per epoch with evaluation, the input wait and GPU busy
-            shares and the GPU's energy from the run's summary.json, and the step's rate inside
-            the run after the first epoch (the sustained rate over those epochs' GPU busy share,
-            CUDA events).
+            what a full-size run's long epochs see; OpenFold: its cycles' samples over their
+            training time, after the first; hpckit/results/timeline.py), the first epoch's
+            seconds (cuDNN autotuning, the CUDA graph's capture, the first reads), the rate per
+            epoch with evaluation, the input wait and GPU busy shares and the GPU's energy from
+            the run's summary.json, and the step's rate inside the run after the first epoch
+            (the sustained rate over those epochs' GPU busy share, CUDA events).
             About 4 minutes on an H100 without OpenFold's run (likely 1.5-3 more, not yet timed
             on a GPU), the step part 2 more.
   step      one full-size training step of the kit (the trainers' own train_epoch on
@@ -539,14 +539,12 @@ class Check:
                 continue
             u, cores = s.get("usage") or {}, s.get("cores") or {}
             later = f.cycles_s[1:-1] or f.cycles_s[1:]   # epoch start to the next: training, evaluation, the rest
-            if f.no_epochs:   # OpenFold: its train/eval cycles (run_facts' cycle_times), K steps of `batch`
-                per_cycle = OPENFOLD_E2E_CYCLE["mini" if self.dry else "reference"] * batch
-                rates = [per_cycle / t for t in (f.cycle_times[1:] or f.cycle_times) if t > 0]
-                sustained = statistics.median(rates) if rates else None
-                first_s = f.cycle_times[0] if f.cycle_times else None
-            else:
-                sustained, first_s, per_cycle = (f.steady_throughput, f.epoch_times[0] if f.epoch_times else None,
-                                                 f.train_samples)
+            # the run's timeline as analyze reads it (hpckit/results/timeline.py): OpenFold's
+            # train/eval cycles' samples are its epoch_num's growth, their time the training
+            # time of each cycle, as an epoch's for the others
+            times = f.cycle_times if f.no_epochs else f.epoch_times
+            sustained, first_s = f.steady_throughput, (times[0] if times else None)
+            per_cycle = f.train_samples / f.cycles_per_epoch if f.train_samples and f.cycles_per_epoch else None
             r = {"sustained": sustained, "first_epoch_s": first_s,
                  "whole": s["train_samples_per_s"], "with_eval": per_cycle / statistics.median(later)
                  if later and per_cycle else None, "input_wait": u.get("input_wait_share"),

@@ -190,6 +190,28 @@ def test_official_agreement_compares_every_set_of_an_org(tmp_path):
     assert bad.returncode == 2 and bad.stderr.strip() == f"{tmp_path / 'none'}: no such directory"
 
 
+def test_timeline_agreement_lists_every_set_with_both_readings(tmp_path):
+    """bench/timeline_agreement.py on the real v2.0 folders: one row per set with the kit's
+    and the independent training samples/s per unit side by side, all agreeing, and the count;
+    a path that is not there: one line, exit 2."""
+    tree = PUBLISHED_V2
+    if not (tree / "tacc").is_dir():
+        pytest.skip(f"real v2.0 result folders not present under {tree}")
+    script = str(REPO / "bench" / "timeline_agreement.py")
+    proc = subprocess.run([sys.executable, script, tree], capture_output=True, text=True, timeout=600)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    rows = [ln for ln in proc.stdout.splitlines() if ln.startswith("| v2.0 |")]
+    folders = {p.parent for p in tree.rglob("result_*.txt")}
+    assert len(rows) == len(folders) and all(ln.endswith("| agree |") for ln in rows), proc.stdout
+    for ln in rows:
+        kit, other, ratio = (float(x) for x in ln.split(" | ")[7:10])
+        assert ratio == pytest.approx(kit / other, abs=0.002) and abs(ratio - 1) <= 0.10, ln
+    assert proc.stdout.splitlines()[-1] == f"{len(rows)} sets agree, 0 differ (tolerance 10%)"
+    bad = subprocess.run([sys.executable, script, tmp_path / "none"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and bad.stderr.strip() == f"timeline_agreement.py: {tmp_path / 'none'}: " \
+        "no such file or directory", bad.stderr
+
+
 def test_provenance_cost_prints_every_part():
     proc = subprocess.run([sys.executable, str(REPO / "bench" / "provenance_cost.py"), "--repeat", "1"],
                           capture_output=True, text=True, timeout=300)

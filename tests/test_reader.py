@@ -321,8 +321,9 @@ def _openfold_log(path: Path, start: int, cycles: int = 4, per_cycle: int = 5760
 
 def test_openfold_counts_no_epochs_and_the_outputs_say_so(server, tmp_path):
     """OpenFold's epoch_num counts training samples: the report's tables and analyze say
-    n/a for its epochs, epoch time, epoch throughput and staging/epoch ratio (they said
-    23,040 epochs and a ratio of 0.000), never a number made up from it."""
+    n/a for its epochs, epoch time and staging/epoch ratio (they said 23,040 epochs and a
+    ratio of 0.000), never a number made up from it; its training throughput is each cycle's
+    samples (epoch_num's growth, 5,760) over the cycle's training time (60 s here)."""
     from hpckit.results.analysis import run_facts
     from hpckit.results.logs import parse_log
     pub = tmp_path / "openfold"
@@ -331,7 +332,9 @@ def test_openfold_counts_no_epochs_and_the_outputs_say_so(server, tmp_path):
         _openfold_log(pub / f"result_{i}.txt", 10_000_000 * (i + 1))
     assert parse_log(pub / "result_0.txt").epochs is None
     f = run_facts(pub / "result_0.txt", "published")
-    assert f.no_epochs and f.staging_epoch_ratio is None and f.epoch_throughput is None and f.epoch_s is None
+    assert f.no_epochs and f.staging_epoch_ratio is None and f.epoch_s is None
+    assert f.epoch_throughput == pytest.approx(5760 / 60.0, rel=1e-3) and f.steady_per_unit == pytest.approx(
+        5760 / 60.0 / 36, rel=1e-3)
     assert f.eval_each_s == pytest.approx(10.0, abs=0.01)       # what it has is still measured
     assert f.epoch_times == [] and f.cycle_times == pytest.approx([60.0] * len(f.cycles_s))   # each cycle's training
     run = _set(tmp_path / "site", n=1)
@@ -345,7 +348,9 @@ def test_openfold_counts_no_epochs_and_the_outputs_say_so(server, tmp_path):
     sets = re.search(r'<table id="sets".*?</table>', page, re.S).group(0)
     row = re.search(r'<tr class="set published" data-benchmark="openfold">.*?</tr>', sets, re.S).group(0)
     cells = dict(re.findall(r'<td class="(epochs|ratio|throughput) na" title="[^"]*">(n/a)</td>', row))
-    assert cells == {"epochs": "n/a", "ratio": "n/a", "throughput": "n/a"}, row
+    assert cells == {"epochs": "n/a", "ratio": "n/a"}, row
+    throughput = re.search(r'<td class="throughput" data-value="([^"]+)"', row).group(1)
+    assert float(throughput) == pytest.approx(96.0, rel=1e-3)      # 5,760 samples in 60 s
     assert "23040" not in row and "0.000" not in row
     cosmoflow = re.search(r'<tr class="set site" data-benchmark="cosmoflow">.*?</tr>', sets, re.S).group(0)
     assert 'class="epochs na"' not in cosmoflow        # a benchmark that counts epochs shows them

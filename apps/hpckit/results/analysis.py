@@ -100,6 +100,13 @@ class RunFacts:
     cycles_s: list = field(default_factory=list)   # epoch_start to the next (last: to run_stop)
     epoch_times: list = field(default_factory=list)  # each epoch's training time, evaluations out
     cycle_times: list = field(default_factory=list)  # a no-epochs log's cycles' training time (as epoch_times)
+    interval_samples: list = field(default_factory=list)  # the samples of each (epoch_times or cycle_times)
+    samples_why: str = ""                  # why those samples are unknown (timeline.Timeline.samples_why)
+    eval_beside_s: float = 0.0             # evaluations running beside the training (asynchronous), on the clock
+    evaluations_beside: int = 0            # of the evaluations, those beside the training
+    eval_mode: str = "none"                # blocking, asynchronous, mixed, none (timeline.Timeline.mode)
+    timeline: object = None                # hpckit.results.timeline.Timeline
+    samples_to_converge: int | None = None  # a no-epochs log: the training samples its last evaluation saw
     extra: dict = field(default_factory=dict)
     no_epochs: str | None = None           # why this benchmark's log counts no epochs (logs.NO_EPOCHS)
 
@@ -112,30 +119,99 @@ class RunFacts:
 
     @property
     def steady_throughput(self) -> float | None:
+        """Training samples/s after the first epoch; OpenFold (no epochs): the samples between
+        evaluations over the cycles' training time, after the first cycle."""
+        if self.no_epochs:
+            done = [(n, t) for n, t in zip(self.interval_samples, self.cycle_times) if n and t > 0]
+            later = done[1:] or done
+            return sum(n for n, _ in later) / sum(t for _, t in later) if later else None
         e = self.steady_epoch_s
         return self.train_samples / e if self.train_samples and e else None
 
     @property
+    def throughput_why(self) -> str:
+        """Why steady_throughput is None, else ''."""
+        if self.steady_throughput is not None:
+            return ""
+        if self.samples_why:
+            return self.samples_why
+        what = "cycle" if self.no_epochs else "epoch"
+        return f"no whole {what} timed in the log" if not (self.cycle_times or self.epoch_times) else \
+            f"no {what} with a training time"
+
+    @property
+    def epochs_to_converge(self) -> float | None:
+        """The epochs the run trained (logs.RunLog.epochs); a log that counts no epochs
+        (OpenFold): the training samples seen by its last evaluation, the official RCP
+        checker's count for it (mlperf_logging 4.1.68 rcp_checker/rcp_checker.py:120-123: the
+        last eval_accuracy's epoch_num), over train_samples: a fraction of an epoch."""
+        if not self.no_epochs:
+            return self.log.epochs
+        if self.samples_to_converge and self.train_samples:
+            return self.samples_to_converge / self.train_samples
+        return None
+
+    @property
+    def steady_interval_s(self) -> float | None:
+        """The median training time of an epoch (OpenFold: a cycle) after the first."""
+        if not self.no_epochs:
+            return self.steady_epoch_s
+        later = self.cycle_times[1:]
+        return float(np.median(later)) if later else (self.cycle_times[0] if self.cycle_times else None)
+
+    @property
+    def cycles_per_epoch(self) -> float | None:
+        """Epoch_starts per epoch of train_samples: 1; OpenFold: train_samples over the samples
+        of its median cycle (the samples between evaluations), None where those are unknown."""
+        if not self.no_epochs:
+            return 1.0
+        per = [n for n in self.interval_samples if n]
+        return self.train_samples / float(np.median(per)) if per and self.train_samples else None
+
+    @property
+    def eval_blocking_fraction(self) -> float:
+        """Of the evaluations' time, the share the clock spent on them with no training
+        running: 1 where they block the training, near 0 where they run beside it."""
+        whole = (self.eval_each_s or 0.0) * self.evaluations
+        if self.evaluations_beside == 0 or whole <= 0:
+            return 1.0
+        return min(1.0, self.eval_s / whole)
+
+    @property
     def warmup_s(self) -> float:
-        """What the first epoch took beyond a steady one."""
-        if len(self.epoch_times) < 2:
+        """What the first epoch (OpenFold: cycle) took beyond a steady one."""
+        times = self.cycle_times if self.no_epochs else self.epoch_times
+        if len(times) < 2:
             return 0.0
-        return max(0.0, self.epoch_times[0] - self.steady_epoch_s)
+        return max(0.0, times[0] - self.steady_interval_s)
 
     @property
     def other_per_epoch_s(self) -> float:
         """Per epoch, the clock's time in neither training nor evaluation (the gaps between
         an epoch's end and the next one's start: logging, collectives, the loader's restart):
-        a steady cycle less its training and evaluations."""
+        a steady cycle less its training and the evaluations' time on the clock (OpenFold:
+        per cycle, times its cycles per epoch)."""
         cycles = self.cycles_s[1:-1] or self.cycles_s[:1]
-        if not cycles or self.steady_epoch_s is None or not self.log.epochs:
+        per_epoch = self.cycles_per_epoch
+        if self.no_epochs:
+            count = len(self.cycles_s)
+        else:
+            count = self.log.epochs
+        if not cycles or self.steady_interval_s is None or not count or not per_epoch:
             return 0.0
-        evals = (self.eval_each_s or 0.0) * self.evaluations / self.log.epochs
-        return max(0.0, float(np.median(cycles)) - self.steady_epoch_s - evals)
+        evals = (self.eval_each_s or 0.0) * self.evaluations / count * self.eval_blocking_fraction
+        return max(0.0, float(np.median(cycles)) - self.steady_interval_s - evals) * per_epoch
 
     @property
     def eval_share(self) -> float | None:
+        """The share of the clock in evaluation with no training running (blocking
+        evaluations; of an asynchronous one, what the training waited for)."""
         return self.eval_s / self.total_s if self.total_s > 0 else None
+
+    @property
+    def eval_beside_share(self) -> float | None:
+        """The share of the clock with an evaluation running beside the training."""
+        return self.eval_beside_s / self.total_s if self.total_s > 0 else None
 
     @property
     def local_batch(self) -> float | None:
@@ -187,13 +263,16 @@ class RunFacts:
                 "time_to_train_s": self.total_s, "init_s": self.init_s, "staging_s": self.staging_s,
                 "staging_outside_s": self.staging_outside_s, "train_s": self.train_s, "eval_s": self.eval_s,
                 "evaluations": self.evaluations, "epoch_s": self.epoch_s, "eval_each_s": self.eval_each_s,
-                "eval_share": self.eval_share, "staging_per_epoch": self.staging_epoch_ratio,
+                "eval_share": self.eval_share, "eval_beside_s": self.eval_beside_s,
+                "eval_beside_share": self.eval_beside_share, "evaluations_beside": self.evaluations_beside,
+                "eval_mode": self.eval_mode, "staging_per_epoch": self.staging_epoch_ratio,
                 "train_samples_per_s": self.epoch_throughput, "eval_samples_per_s": self.eval_throughput,
                 "train_samples_per_s_per_unit": self.per_unit(self.epoch_throughput),
                 "steady_samples_per_s_per_unit": self.steady_per_unit,
                 "eval_samples_per_s_per_unit": self.per_unit(self.eval_throughput),
                 "unit_hours": self.unit_hours, "to_first_epoch_s": self.to_first_epoch_s,
-                "cycles_s": self.cycles_s, "epoch_times": self.epoch_times, "steady_epoch_s": self.steady_epoch_s,
+                "cycles_s": self.cycles_s, "epoch_times": self.epoch_times, "cycle_times": self.cycle_times,
+                "interval_samples": self.interval_samples, "steady_epoch_s": self.steady_epoch_s,
                 "warmup_s": self.warmup_s, "other_per_epoch_s": self.other_per_epoch_s, **self.extra}
 
 
@@ -248,62 +327,60 @@ def run_facts(path: Path, origin: str) -> RunFacts:
         f.staging_s = _overlap(s0, s1, t0, t1) / 1000.0
         f.staging_outside_s = (s1 - s0) / 1000.0 - f.staging_s
 
-    # Evaluation intervals: each eval_start up to the next eval_stop (any event type).
-    evals, open_at = [], None
-    for r in upto:
-        t = _num(r.get("time_ms"))
-        if t is None:
-            continue
-        if r["key"] == "eval_start":
-            open_at = t
-        elif r["key"] == "eval_stop" and open_at is not None:
-            evals.append((open_at, t))
-            open_at = None
-    f.evaluations = len(evals)
-    f.eval_s = sum(_overlap(a, b, t0, t1) for a, b in evals) / 1000.0
+    # The timeline (hpckit.results.timeline): training intervals, evaluations blocking the
+    # training or beside it, and what the clock spent in each.
+    from hpckit.results.logs import NO_EPOCHS
+    from hpckit.results.timeline import read_timeline
+    f.no_epochs = NO_EPOCHS.get(str(log.benchmark or "").lower())
+    tl = read_timeline(upto, t0, t1, f.train_samples, counts_samples=bool(f.no_epochs))
+    f.timeline = tl
+    f.evaluations = len(tl.evaluations)
+    f.evaluations_beside = sum(e.asynchronous for e in tl.evaluations)
+    f.eval_mode = tl.mode
+    f.eval_s = tl.eval_on_clock_s
+    f.eval_beside_s = tl.eval_beside_s
     f.train_s = max(0.0, f.total_s - (f.staging_s or 0.0) - f.eval_s)
-    if evals:
-        f.eval_each_s = sum(b - a for a, b in evals) / len(evals) / 1000.0
+    if tl.evaluations:
+        f.eval_each_s = sum(e.seconds for e in tl.evaluations) / len(tl.evaluations)
         if f.eval_samples and f.eval_each_s > 0:
             f.eval_throughput = f.eval_samples / f.eval_each_s
-
-    # Epoch intervals in file order: epoch_start to its epoch_stop (or to the next
-    # epoch_start, or run_stop), less the evaluations inside them.
-    intervals, starts, open_at = [], [], None
-    for r in upto:
-        t = _num(r.get("time_ms"))
-        if t is None:
-            continue
-        if r["key"] == "epoch_start":
-            starts.append(t)
-            if open_at is not None:
-                intervals.append((open_at, t))
-            open_at = t
-        elif r["key"] == "epoch_stop" and open_at is not None:
-            intervals.append((open_at, t))
-            open_at = None
-    if open_at is not None:
-        intervals.append((open_at, t1))
-    if starts:
-        f.to_first_epoch_s = max(0.0, (starts[0] - t0) / 1000.0)
-        f.cycles_s = [max(0.0, (b - a) / 1000.0) for a, b in zip(starts, starts[1:] + [t1])]
-    epochs = [max(0.0, (b - a - sum(_overlap(c, d, a, b) for c, d in evals)) / 1000.0)
-              for a, b in intervals]
-    from hpckit.results.logs import NO_EPOCHS
-    f.no_epochs = NO_EPOCHS.get(str(log.benchmark or "").lower())
+    if tl.trainings:
+        f.to_first_epoch_s = max(0.0, (tl.trainings[0].start_ms - t0) / 1000.0)
+        f.cycles_s = tl.cycles_s
+    whole = tl.whole    # a last epoch cut short by the run's stop is not an epoch's time
+    times = [tr.train_s for tr in whole]
+    f.interval_samples = [tr.samples for tr in whole]
+    f.samples_why = tl.samples_why
     if f.no_epochs:
-        # its epoch_start..epoch_stop are train/eval cycles, not epochs: no epoch time,
-        # epoch throughput or staging/epoch ratio is made up from them
-        f.cycle_times, epochs = epochs, []
-    f.epoch_times = epochs
-    if epochs:
-        f.epoch_s = sum(epochs) / len(epochs)
+        # its epoch_start..epoch_stop are train/eval cycles, not epochs: no epoch time or
+        # staging/epoch ratio is made up from them; its throughput is the samples between
+        # evaluations (epoch_num's growth) over the cycles' training time
+        f.cycle_times = times
+        seen = [_epoch_num_of(r) for r in upto if r["key"] == log.metric]
+        f.samples_to_converge = seen[-1] if seen and seen[-1] else None
+        done = [(n, t) for n, t in zip(f.interval_samples, times) if n and t > 0]
+        if done:
+            f.epoch_throughput = sum(n for n, _ in done) / sum(t for _, t in done)
+        return _units(f, log, path, origin)
+    f.epoch_times = times
+    if times:
+        f.epoch_s = sum(times) / len(times)
         if f.train_samples and f.epoch_s > 0:
             f.epoch_throughput = f.train_samples / f.epoch_s
         if f.staging_s is not None and f.epoch_s > 0:
             staged = f.staging_s + (f.staging_outside_s or 0.0)
             f.staging_epoch_ratio = staged / f.epoch_s
+    return _units(f, log, path, origin)
 
+
+def _epoch_num_of(rec: dict) -> int | None:
+    meta = rec.get("metadata")
+    n = _num(meta.get("epoch_num")) if isinstance(meta, dict) else None
+    return int(n) if n is not None else None
+
+
+def _units(f: RunFacts, log, path: Path, origin: str) -> RunFacts:
+    """The compute units, the budget in unit-hours, and a kit run's own usage figures."""
     nodes = log.number_of_nodes
     acc = log.accelerators_per_node
     if nodes is not None and acc:
@@ -422,7 +499,7 @@ def record_points(sets: list[dict], facts: dict) -> list[Point]:
         fs = [facts[r.path] for _, r in s["runs"] if r.path in facts]
         by = {}
         for f in fs:
-            if (f.log.converged and f.log.epochs and f.global_batch_size and f.dataset
+            if (f.log.converged and f.epochs_to_converge and f.global_batch_size and f.dataset
                     and str(f.log.benchmark).lower() in KIT_BENCHMARKS):
                 by.setdefault((f.dataset, int(f.global_batch_size)), []).append(f)
         for (dataset, batch), group in sorted(by.items()):
@@ -431,9 +508,15 @@ def record_points(sets: list[dict], facts: dict) -> list[Point]:
                                 round=g.round, org=str(s["org"]), system=str(s["platform"]),
                                 division=str(g.log.division or ("closed" if g.origin == "site" else "")).lower(),
                                 scaling=str(s["score"]["kind"]), global_batch_size=batch,
-                                epochs=sorted(int(f.log.epochs) for f in group),
+                                epochs=sorted(_epochs_value(f) for f in group),
                                 train_samples=g.train_samples, eval_samples=g.eval_samples))
     return points
+
+
+def _epochs_value(f: RunFacts):
+    """A run's epochs in the record: a whole number; OpenFold's, a fraction of an epoch (its
+    samples to converge over train_samples, RunFacts.epochs_to_converge), to 6 digits."""
+    return float(f"{f.epochs_to_converge:.6g}") if f.no_epochs else int(f.epochs_to_converge)
 
 
 def points_to_json(points: list[Point]) -> list[dict]:
@@ -444,7 +527,8 @@ def _point_spec() -> dict:
     """The types `analyze --record` writes for a point (hpckit.common.inputs.conform)."""
     from hpckit.common.inputs import ListOf, Num, Opt
     count = Num(positive=True, integer=True, maximum=2 ** 53)
-    epochs = Num(positive=True, integer=True, maximum=10 ** 6)    # epochs to converge: never near a million
+    # epochs to converge: never near a million; OpenFold's a fraction of one (samples / train_samples)
+    epochs = Num(positive=True, maximum=10 ** 6)
     return {"benchmark": str, "dataset": str, "origin": str, "round": Opt(str), "org": str, "system": str,
             "division": str, "scaling": str, "global_batch_size": count, "epochs": ListOf(epochs),
             "train_samples": Opt(count), "eval_samples": Opt(count)}
@@ -452,8 +536,8 @@ def _point_spec() -> dict:
 
 def points_from_json(rows: list[dict], source: str) -> list[Point]:
     """The record's points, each checked: the keys a point needs, of the types the kit
-    writes (epochs: a non-empty list of whole numbers > 0), else one line naming the file
-    and the point's key."""
+    writes (epochs: a non-empty list of numbers > 0, whole but for OpenFold's), else one
+    line naming the file and the point's key."""
     from hpckit.common.inputs import conform
     what = f"convergence record {source}"
     spec = _point_spec()
@@ -642,10 +726,24 @@ def _fmt(v, spec="{:.3g}") -> str:
     return "-" if v is None else spec.format(v)
 
 
+def _e(epochs: float) -> str:
+    """Epochs to one decimal; a fraction of an epoch (OpenFold's) to 3 digits."""
+    return f"{epochs:.3g}" if epochs < 1 else f"{epochs:.1f}"
+
+
+def _train_text(fs: list[RunFacts], value) -> str:
+    """The training samples/s per unit, or n/a with the reason the logs give none."""
+    if value is not None:
+        return _fmt(value)
+    why = next((f.throughput_why for f in fs if f.throughput_why), "")
+    return f"n/a ({why})" if why else "-"
+
+
 def _set_line(s: dict, fs: list[RunFacts]) -> str:
     m = {k: median([getattr(f, k) if k != "eval_share" else f.eval_share for f in fs]) for k in
          ("total_s", "init_s", "staging_s", "epoch_s", "eval_each_s", "eval_share", "staging_epoch_ratio",
           "epoch_throughput", "eval_throughput", "unit_hours", "compute_units", "global_batch_size")}
+    beside = median([f.eval_beside_share for f in fs])
     units = m["compute_units"]
     per = (lambda v: v / units if v is not None and units else None)
     epochs = median([f.log.epochs for f in fs])
@@ -658,9 +756,11 @@ def _set_line(s: dict, fs: list[RunFacts]) -> str:
             f"units {_fmt(units, '{:.0f}')} | B {_fmt(m['global_batch_size'], '{:.0f}')} | "
             f"epochs {na(epochs)} | T {_fmt(m['total_s'] and m['total_s'] / 60, '{:.2f}')} min | "
             f"init {_fmt(m['init_s'], '{:.1f}')} s | staging {_fmt(m['staging_s'], '{:.1f}')} s | "
-            f"epoch {na(m['epoch_s'])} s | eval {_fmt(m['eval_each_s'])} s (share {_fmt(m['eval_share'], '{:.1%}')}) | "
+            f"epoch {na(m['epoch_s'])} s | eval {_fmt(m['eval_each_s'])} s (share {_fmt(m['eval_share'], '{:.1%}')}"
+            + (f", beside training {beside:.1%}" if beside else "") + ") | "
             f"staging/epoch {na(m['staging_epoch_ratio'], '{:.2f}')} | "
-            f"train {na(per(m['epoch_throughput']))} eval {_fmt(per(m['eval_throughput']))} samples/s/unit | "
+            f"train {_train_text(fs, per(m['epoch_throughput']))} "
+            f"eval {_fmt(per(m['eval_throughput']))} samples/s/unit | "
             f"{_fmt(m['unit_hours'], '{:.1f}')} unit-h | "
             f"{wait_text(median([f.input_wait for f in fs]), median([f.gpu_busy for f in fs]))}")
 
@@ -693,9 +793,9 @@ def main(args) -> int:
     fitted = curves(points)
     print("convergence record (closed division; p10-p90 of one run's epochs at the batch sizes seen):")
     for c in fitted:
-        band = "; ".join(f"B {row['global_batch_size']}: {row['median']:g} [{row['min']}-{row['max']}] "
-                         f"fit {c.at(row['global_batch_size']):.1f} "
-                         f"({'-'.join(f'{q:.1f}' for q in c.quantiles(row['global_batch_size'], (0.1, 0.9)))})"
+        band = "; ".join(f"B {row['global_batch_size']}: {row['median']:g} [{row['min']:g}-{row['max']:g}] "
+                         f"fit {_e(c.at(row['global_batch_size']))} "
+                         f"({'-'.join(_e(q) for q in c.quantiles(row['global_batch_size'], (0.1, 0.9)))})"
                          for row in spread_by_batch(c.sets))
         print(f"  {c.describe()}\n    {band}")
     if args.json:

@@ -22,21 +22,28 @@ the system, so
   runs' relative step times; a parameter the runs cannot determine (one local batch: t0 =
   0; one unit count: c = 0) is fixed and the output says so;
 * evaluation: the runs' evaluations per epoch k_eval, and the per-unit eval throughput
-  x_eval of the runs at the unit count nearest N, taken to scale with the units;
+  x_eval of the runs at the unit count nearest N, taken to scale with the units; of that
+  time, the share the runs' clocks spent on it (all of it where the evaluations block the
+  training; where they run beside it, only what the training waited for: timeline.py);
 * T_first (run_start to the first epoch: staging and set-up inside the clock), the warm-up
   (the first epoch's time beyond a steady one's) and the time per epoch in neither training
   nor evaluation (a steady cycle less both): medians of the runs at the unit count nearest
   N, not scaled; the throughput X is that of the epochs after the first;
 * S_train, S_eval: the runs' dataset (--dataset runs) or the official one (--dataset
-  official, the default: the record's latest dataset of the benchmark).
+  official, the default: the record's latest dataset of the benchmark);
+* OpenFold counts no epochs: E is the fraction of an epoch to converge (its samples to
+  converge over train_samples), X its cycles' samples over their training time, k_eval and
+  T_other follow the train/eval cycles an epoch holds at N x b (its runs' steps per cycle).
 
 Validation (--validate), on data nobody tuned to: every published closed set of CosmoFlow,
-DeepCAM and OC20 is predicted (an OpenFold set has a row that says why it is not: its logs
-count no epochs) from its own runs' first epochs and the convergence record of the
-OTHER submitters (every point of the submitter left out, whatever round: `LBNL` and
+DeepCAM, OC20 and OpenFold is predicted from its own runs' first epochs and the convergence
+record of the OTHER submitters (every point of the submitter left out, whatever round: `LBNL` and
 `HPE+LBNL` are one). Per run: T = (run_start to the first epoch) + the first epoch's cycle
 + (E - 1) x the median cycle of epochs 2 to 4 (a cycle: one epoch_start to the next,
-evaluations included). A strong set's figure is the olympic mean of its runs' predictions,
+evaluations included; OpenFold, which counts no epochs: E is its samples to converge over
+train_samples, a fraction of an epoch, in cycles E x train_samples / the samples between its
+evaluations, plus the cycle a run whose evaluation runs beside the training trains while its
+last evaluation runs). A strong set's figure is the olympic mean of its runs' predictions,
 as its score; a weak set's the latest predicted stop of its M instances, each at the epochs
 of the slowest of M runs of one set (EpochCurve.slowest_of: the curve times the within-set
 spread's p(M / (M + 1)); the instances share their hyper-parameters). The error is predicted /
@@ -160,6 +167,15 @@ def _nearest(runs: list[RunFacts], units: int) -> list[RunFacts]:
     return [f for f in have if abs(math.log(f.compute_units / units)) == best]
 
 
+def _cycles_per_epoch(runs: list[RunFacts], s_train: float, batch: float) -> float | None:
+    """For runs whose logs count no epochs (OpenFold): the train/eval cycles an epoch of
+    s_train samples holds at global batch `batch`, the cycles being as many steps as the
+    runs' (their samples between evaluations over their global batch); None for the others."""
+    steps = [float(np.median([x for x in f.interval_samples if x])) / f.global_batch_size for f in runs
+             if f.no_epochs and f.global_batch_size and any(f.interval_samples)]
+    return s_train / (float(np.median(steps)) * batch) if steps and s_train and batch else None
+
+
 # ---- the projection --------------------------------------------------------------------
 
 def _record(args, benchmark: str):
@@ -222,13 +238,25 @@ class Projector:
     def _parts(self, n: int, b: float) -> dict:
         near = _nearest(self.runs, n)
         x_eval_unit = median([f.per_unit(f.eval_throughput) for f in near])
-        k_eval = median([f.evaluations / f.log.epochs for f in self.runs if f.log.epochs]) or 0.0
+        k_eval = median([f.evaluations / f.epochs_to_converge for f in self.runs if f.epochs_to_converge]) or 0.0
+        other = median([f.other_per_epoch_s for f in near]) or 0.0
+        cycles = _cycles_per_epoch(self.runs, self.s_train, n * b)
+        if cycles is not None:
+            # OpenFold evaluates every so many steps, not every epoch: its evaluations and gaps
+            # per epoch follow the cycles an epoch holds at the projected global batch
+            k_eval = cycles * (median([f.evaluations / len(f.cycles_s) for f in self.runs if f.cycles_s]) or 0.0)
+            other = cycles * (median([f.other_per_epoch_s / f.cycles_per_epoch for f in near
+                                      if f.cycles_per_epoch]) or 0.0)
+        # of the evaluations' time, what the clock spends on them: all where they block the
+        # training, what the training waited for where they run beside it (timeline.py)
+        on_clock = median([f.eval_blocking_fraction for f in near])
+        on_clock = 1.0 if on_clock is None else on_clock
         return {"first_epoch_start": median([f.to_first_epoch_s for f in near]) or 0.0,
                 "warmup": median([f.warmup_s for f in near]) or 0.0,
                 "epoch": self.s_train / self.system.throughput(n, b),
-                "eval_per_epoch": k_eval * self.s_eval / (n * x_eval_unit) if (x_eval_unit and self.s_eval) else 0.0,
-                "other_per_epoch": median([f.other_per_epoch_s for f in near]) or 0.0,
-                "x_eval_unit": x_eval_unit, "k_eval": k_eval}
+                "eval_per_epoch": k_eval * self.s_eval / (n * x_eval_unit) * on_clock
+                if (x_eval_unit and self.s_eval) else 0.0,
+                "other_per_epoch": other, "x_eval_unit": x_eval_unit, "k_eval": k_eval}
 
     def predict(self, n: int, b: int) -> dict:
         batch = n * b
@@ -284,7 +312,8 @@ def print_projection(r: dict) -> None:
     print(f"{r['benchmark']}: {r['units']} units x local batch {r['local_batch']} = global batch "
           f"{r['global_batch_size']}, dataset {r['dataset']} ({r['train_samples']:.0f} train samples)")
     print(f"  time to train: {t['p50']:.2f} min (p10 {t['p10']:.2f}, p90 {t['p90']:.2f})")
-    print(f"  epochs: {e['p50']:.1f} (p10 {e['p10']:.1f}, p90 {e['p90']:.1f}); {e['curve']}")
+    print(f"  epochs: {_epochs_text(e['p50'])} (p10 {_epochs_text(e['p10'])}, p90 {_epochs_text(e['p90'])}); "
+          f"{e['curve']}")
     print(f"  parts at p50: to the first epoch {parts['first_epoch_start']:.1f} s, warm-up {parts['warmup']:.1f} s, "
           f"training {parts['train_p50']:.1f} s ({parts['epoch']:.2f} s per epoch), evaluation "
           f"{parts['eval_p50']:.1f} s, between epochs {parts['other_p50']:.1f} s")
@@ -307,12 +336,21 @@ def _olympic(values: list[float]) -> float:
     return float(np.mean(v[1:-1] if len(v) > 2 else v))
 
 
-def _predict_run(f: RunFacts, epochs: float) -> float | None:
+def _predict_run(f: RunFacts, epochs: float | None) -> float | None:
+    """run_start to the first epoch, its first cycle, and the rest of the cycles `epochs`
+    takes at the median of cycles 2 to 4. OpenFold's epochs are a fraction of its
+    train_samples: cycles = epochs x its cycles per epoch (its samples between evaluations),
+    and where its evaluation runs beside the training, the run stops one cycle after the one
+    it evaluates (the log's cycles beyond those its samples to converge count)."""
     c = f.cycles_s
-    if f.to_first_epoch_s is None or not c:
+    per_epoch = f.cycles_per_epoch
+    if f.to_first_epoch_s is None or not c or epochs is None or not per_epoch:
         return None
+    cycles = epochs * per_epoch
+    if f.no_epochs and f.epochs_to_converge:
+        cycles += max(0, round(len(c) - f.epochs_to_converge * per_epoch))
     steady = c[WARMUP_CYCLES:WARMUP_CYCLES + MEASURED_CYCLES] or c[:1]
-    return f.to_first_epoch_s + c[0] + (epochs - 1.0) * float(np.median(steady))
+    return f.to_first_epoch_s + c[0] + (cycles - 1.0) * float(np.median(steady))
 
 
 def validate(sets: list[dict], facts: dict, points: list) -> list[dict]:
@@ -327,29 +365,25 @@ def validate(sets: list[dict], facts: dict, points: list) -> list[dict]:
         row = {"round": g.round, "benchmark": s["benchmark"].lower(), "org": s["org"], "system": s["platform"],
                "scaling": s["score"]["kind"], "global_batch_size": int(g.global_batch_size), "runs": len(fs),
                "dataset": g.dataset}
-        if g.no_epochs:
-            # OpenFold: its epoch_num counts training samples, its cycles are val_every_iters
-            # steps; E(B) in epochs has nothing to predict (the record holds no OpenFold point)
-            row["skipped"] = f"{g.no_epochs}: no epochs to predict"
-            if row["scaling"] == "weak":
-                row["measured_min"] = (max(f.log.run_stop_ms for f in fs) - min(f.log.run_start_ms for f in fs)) / 60000.0
-            else:   # the olympic mean, as the set's unscaled score
-                row["measured_min"] = _olympic([f.total_s for f in fs]) / 60
-            rows.append(row)
-            continue
+        # what a row that cannot be predicted still says: the measured figure, the olympic mean
+        # of the converged runs (the set's unscaled score; a weak set's time_to_train_all)
+        if row["scaling"] == "weak":
+            measured = (max(f.log.run_stop_ms for f in fs) - min(f.log.run_start_ms for f in fs)) / 60000.0
+        else:
+            measured = _olympic([f.total_s for f in fs]) / 60
         others = [p for p in points if not same_submitter(p.org, str(s["org"]))]
         curve: EpochCurve | None = fit_epochs(others, row["benchmark"], g.dataset, bootstrap=False)
         if curve is None:
-            row["skipped"] = "no other submitter's closed run of this dataset"
+            row.update(skipped="no other submitter's closed run of this dataset", measured_min=measured)
             rows.append(row)
             continue
         weak = row["scaling"] == "weak"
         e_pred = curve.slowest_of(row["global_batch_size"], len(fs)) if weak else curve.at(row["global_batch_size"])
-        e_own = float(np.median([f.log.epochs for f in fs]))
+        e_own = median([f.epochs_to_converge for f in fs])
         preds = [(_predict_run(f, e_pred), _predict_run(f, e_own), f) for f in fs]
         preds = [p for p in preds if p[0] is not None]
         if not preds:
-            row["skipped"] = "no epoch_start events to time"
+            row.update(skipped="no epoch_start events to time", measured_min=measured)
             rows.append(row)
             continue
         if weak:
@@ -389,9 +423,14 @@ def summarize(rows: list[dict]) -> list[dict]:
     return out
 
 
+def _epochs_text(e: float, spec: str = ".1f") -> str:
+    """Epochs as the tables print them (`spec`); a fraction of an epoch (OpenFold's) to 3 digits."""
+    return f"{e:.3g}" if e < 1 else format(e, spec)
+
+
 def _worst_text(w: dict) -> str:
     return (f"{w['org']} {w['system']} ({w['scaling']}, B {w['global_batch_size']}): {w['error']:+.0%}, "
-            f"epochs {w['epochs_predicted']:.1f} predicted, {w['epochs_median']:g} run"
+            f"epochs {_epochs_text(w['epochs_predicted'])} predicted, {_epochs_text(w['epochs_median'], 'g')} run"
             + (f" (B outside the other submitters' {w['record_batches']})" if w["outside_record"] else ""))
 
 
@@ -407,7 +446,9 @@ def print_validation(rows: list[dict], summary: list[dict]) -> None:
             continue
         print(f"| {r['round']} | {r['benchmark']} | {r['org']} | {r['system']} | {r['scaling']} | "
               f"{r['global_batch_size']} | {r['predicted_min']:.2f} | {r['measured_min']:.2f} | {r['error']:+.1%} | "
-              f"{r['epochs_predicted']:.1f} / {r['epochs_median']:g}{' (B outside ' + r['record_batches'] + ')' if r['outside_record'] else ''} | {r['error_epochs_known']:+.1%} |")
+              f"{_epochs_text(r['epochs_predicted'])} / {_epochs_text(r['epochs_median'], 'g')}"
+              f"{' (B outside ' + r['record_batches'] + ')' if r['outside_record'] else ''} | "
+              f"{r['error_epochs_known']:+.1%} |")
     print()
     print("| benchmark | round | sets | median abs error | p90 abs error | median abs error, epochs known | worst |")
     print("|---|---|---|---|---|---|---|")

@@ -271,10 +271,9 @@ def _throughput_of(v: SetView, basis: list) -> None:
     recorded (n/a with the reason where none did, never 0)."""
     samples = median([f.train_samples for f in basis])
     v.train_samples = int(samples) if samples else None
-    no_epochs = next((f.no_epochs for f in basis if f.no_epochs), None)
-    v.per_unit = None if no_epochs else median([f.steady_per_unit for f in basis])
-    v.per_unit_why = (no_epochs if no_epochs else "" if v.per_unit is not None else
-                      "no epoch times, train samples or compute units in the logs")
+    v.per_unit = median([f.steady_per_unit for f in basis])
+    why = next((f.throughput_why for f in basis if f.throughput_why), "")
+    v.per_unit_why = "" if v.per_unit is not None else why or "no compute units in the logs"
     f = v.median
     v.unit = ("accelerator" if f.log.number_of_nodes is not None and f.log.accelerators_per_node
               else "rank (CPU)" if f.ranks else "node" if f.log.number_of_nodes is not None else "")
@@ -405,10 +404,34 @@ def shown_sets(views: list[SetView], benchmark: str, axis: str | None = None,
 
 # ---- plots -----------------------------------------------------------------------------
 
+def _plain_ticks(fig) -> None:
+    """Log axes labelled with plain numbers (0.06, 0.1, 200, 1e+06): the figures are drawn
+    with text.parse_math off (write_report), and matplotlib's default log labels are math
+    markup (`$\\mathdefault{10^{2}}$`). Which ticks get a label is LogFormatter's choice."""
+    from matplotlib.ticker import LogFormatter
+
+    class Plain(LogFormatter):
+        def _num_to_string(self, x, vmin, vmax):
+            return f"{x:g}"
+
+    for ax in fig.axes:
+        for axis in (ax.xaxis, ax.yaxis):
+            if axis.get_scale() == "log":
+                base = getattr(axis.get_transform(), "base", 10.0)
+                axis.set_major_formatter(Plain(base=base))
+                axis.set_minor_formatter(Plain(base=base, labelOnlyBase=False))
+
+
+def _layout(fig) -> None:
+    _plain_ticks(fig)
+    fig.tight_layout()
+
+
 def _save(fig, path: Path, tight: bool = False) -> None:
     """tight: the PNG grows to hold labels longer than the layout left room for (labels are
     cut to a bounded length, so the figure stays bounded)."""
     from hpckit.common.fileio import atomic_path
+    _plain_ticks(fig)
     with atomic_path(path) as tmp:
         fig.savefig(tmp, format="png", dpi=90, **({"bbox_inches": "tight", "pad_inches": 0.1} if tight else {}))
 
@@ -479,7 +502,7 @@ def _plot_tts(plt, views: list[SetView], out: Path) -> list[tuple[str, list[SetV
         right.invert_yaxis()
         right.set_xlabel("median run's time to train (%)", fontsize=7)
         right.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=6, frameon=False)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / "tts.png", tight=True)
     plt.close(fig)
     return [(t, vs) for t, (vs, _) in zip(titles, rows)]
@@ -528,7 +551,9 @@ def _plot_throughput(plt, views: list[SetView], out: Path) -> list[tuple[str, li
                 tick.set_color(ORIGIN_COLORS["site"])
                 tick.set_fontweight("bold")
         left.invert_yaxis()
-        left.set_xlabel("training samples/s per compute unit (log; accelerator, CPU runs: rank), after the "
+        left.set_xlabel("samples between evaluations / training s, per compute unit (log), after the first "
+                        "cycle; whisker = runs' min-max" if bench.lower() == "openfold" else
+                        "training samples/s per compute unit (log; accelerator, CPU runs: rank), after the "
                         "first epoch; whisker = runs' min-max", fontsize=7)
         more = f"; {hidden} more published sets in the sets table" if hidden else ""
         left.set_title(f"{title}: {_sets(len(vs))}{more}", fontsize=9, loc="left",
@@ -552,7 +577,7 @@ def _plot_throughput(plt, views: list[SetView], out: Path) -> list[tuple[str, li
         right.invert_yaxis()
         right.set_xlabel("share of the training loop's time (%)", fontsize=7)
         right.legend(loc="lower center", bbox_to_anchor=(0.5, 1.0), ncol=2, fontsize=6, frameon=False)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / "throughput.png", tight=True)
     plt.close(fig)
     return [(t, vs) for t, (vs, _) in zip(titles, rows)]
@@ -593,7 +618,7 @@ def _plot_runs(plt, v: SetView, out: Path, name: str) -> None:
     ax.set_xlim(left=0)
     ax.legend(fontsize=7, loc="lower right", bbox_to_anchor=(1.0, 1.0), ncol=3, frameon=False)
     ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / name)
     plt.close(fig)
 
@@ -613,14 +638,16 @@ def _plot_scaling(plt, views: list[SetView], out: Path) -> list[str]:
     on the closed division's data is a hollow marker with its data set in the legend.
     Returns the legends' labels."""
     fig, axes = plt.subplots(2, 2, figsize=(10, 7.5))
-    panels = [(axes[0][0], "compute_units", "epoch_throughput", "compute units (per instance)", "epoch throughput (samples/s)"),
-              (axes[0][1], "global_batch_size", "epoch_throughput", "global batch size", "epoch throughput (samples/s)"),
-              (axes[1][0], "compute_units", "epochs", "compute units (per instance)", "epochs to converge"),
-              (axes[1][1], "global_batch_size", "epochs", "global batch size", "epochs to converge")]
+    train = "training samples/s (an epoch's; OpenFold: a cycle's)"
+    epochs = "epochs to converge (OpenFold: samples / train samples)"
+    panels = [(axes[0][0], "compute_units", "epoch_throughput", "compute units (per instance)", train),
+              (axes[0][1], "global_batch_size", "epoch_throughput", "global batch size", train),
+              (axes[1][0], "compute_units", "epochs", "compute units (per instance)", epochs),
+              (axes[1][1], "global_batch_size", "epochs", "global batch size", epochs)]
     markers = {"cosmoflow": "o", "deepcam": "s", "oc20": "D", "openfold": "^"}
 
     def value(f, attr):
-        return f.log.epochs if attr == "epochs" else getattr(f, attr)
+        return f.epochs_to_converge if attr == "epochs" else getattr(f, attr)
 
     # a set not on the closed division's data is drawn hollow and named with its data set
     groups = sorted({(v.benchmark, v.closed_data, "" if v.closed_data else v.axis) for v in views},
@@ -645,14 +672,14 @@ def _plot_scaling(plt, views: list[SetView], out: Path) -> list[str]:
                                 markersize=7 if origin == "site" else 5, markerfacecolor=None if closed else "none",
                                 label=f"{origin} {bench}" + ("" if closed else f" ({axis}, not closed-division data)"))
         ax.set_xscale("log")
-        ax.set_yscale("log")   # benchmarks differ by orders of magnitude (OpenFold counts steps)
+        ax.set_yscale("log")   # benchmarks differ by orders of magnitude (OpenFold: a fraction of an epoch)
         ax.set_xlabel(xl)
         ax.set_ylabel(yl)
         ax.grid(alpha=0.3)
         if ax.get_legend_handles_labels()[0]:
             ax.legend(fontsize=7)
     fig.suptitle("one point per set: median of its runs, whisker min-max", fontsize=9)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / "scaling.png")
     labels = sorted({text for ax in fig.axes if ax.get_legend() for text in
                      (t.get_text() for t in ax.get_legend().get_texts())})
@@ -697,7 +724,7 @@ def _plot_history(plt, rows: list[dict], out: Path) -> None:
             ax.axis("off")
         if hidden:
             fig.suptitle(f"{hidden} more variables in the perflog table", fontsize=8)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / "history.png")
     plt.close(fig)
 
@@ -822,7 +849,7 @@ def _plot_convergence(plt, pub: list, site: list, out: Path) -> None:
     axes.ravel()[0].legend(fontsize=7, loc="upper left")
     fig.suptitle("Epochs to converge against global batch size (closed division; one point per set: median, "
                  "whisker min-max)", fontsize=9)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / "convergence.png")
     plt.close(fig)
 
@@ -873,7 +900,7 @@ def _plot_map(plt, projectors: dict, projections: list[tuple[int, int]], out: Pa
         ax.set_title(f"{bench}, dataset {pj.dataset} (models: the list under the figure)", fontsize=8)
     fig.suptitle("Projected time to train of the site's system (dots: measured runs, stars: --project)",
                  fontsize=9)
-    fig.tight_layout()
+    _layout(fig)
     _save(fig, out / "projection.png")
     plt.close(fig)
     return rows
@@ -890,7 +917,7 @@ def _breakdown_rows(views: list[SetView]) -> list[str]:
                  median([f.eval_share for f in fs]), m("staging_epoch_ratio"), per(m("steady_throughput")),
                  per(m("eval_throughput")), m("unit_hours")]
         no_epochs = next((f.no_epochs for f in fs if f.no_epochs), None)
-        per_epoch = (3, 4, 7, 8)     # epoch, warm-up, staging / epoch, epoch throughput
+        per_epoch = (3, 4, 7)     # epoch, warm-up, staging / epoch (OpenFold's throughput: its cycles')
         out.append(f'<tr class="{v.origin}"><td class="name">{html.escape(cells[0])}</td>'
                    + "".join(_na("", no_epochs) if no_epochs and i in per_epoch else _cell(c, "{:.3g}")
                              for i, c in enumerate(cells[1:], start=1))
@@ -1000,12 +1027,12 @@ def _run_rows(facts: list[RunFacts]) -> list[str]:
             + _epoch_cell(f.no_epochs, r.epochs, "{:d}", "epochs") + _cell(r.time_to_train_min, "{:.2f}", "ttt")
             + _cell(f.staging_s, "{:.1f}", "staging") + _cell(f.train_s, "{:.1f}", "training")
             + _cell(f.eval_s, "{:.1f}", "evaluation") + _epoch_cell(f.no_epochs, f.epoch_s, "{:.2f}", "epoch")
-            + _epoch_cell(f.no_epochs, f.epoch_throughput, "{:.1f}", "throughput")
+            + _cell(f.epoch_throughput, "{:.1f}", "throughput")
             + _epoch_cell(f.no_epochs, f.staging_epoch_ratio, "{:.3f}", "ratio")
             + _cell(f.unit_hours, "{:.3f}", "unit-hours")
             + _cell("yes" if r.converged else "no", cls="converged")
-            + _per_unit_cell(None if f.no_epochs else f.steady_per_unit,
-                             f.no_epochs or "no epoch times, train samples or compute units in the log")
+            + _per_unit_cell(f.steady_per_unit, f.throughput_why if f.steady_throughput is None
+                             else "no compute units in the log")
             + _share_cell(f.input_wait, why, "input-wait")
             + _share_cell(f.gpu_busy, "no CUDA device: GPU busy is measured on CUDA runs only"
                           if f.input_wait is not None else why, "gpu-busy") + "</tr>")
@@ -1029,7 +1056,7 @@ def _set_rows(views: list[SetView]) -> list[str]:
             + _epoch_cell(no_epochs, median([f.log.epochs for f in basis]), "{:g}", "epochs")
             + _cell(median([f.global_batch_size for f in basis]), "{:g}", "batch")
             + _cell(median([f.compute_units for f in basis]), "{:g}", "units")
-            + _epoch_cell(no_epochs, median([f.epoch_throughput for f in basis]), "{:.1f}", "throughput")
+            + _cell(median([f.epoch_throughput for f in basis]), "{:.1f}", "throughput")
             + _epoch_cell(no_epochs, median([f.staging_epoch_ratio for f in basis]), "{:.3f}", "ratio")
             + _cell(spent if any(f.unit_hours is not None for f in v.facts) else None, "{:.3f}", "unit-hours")
             + _per_unit_cell(v.per_unit, v.per_unit_why) + _cell(v.unit or None, cls="unit")
@@ -1320,14 +1347,8 @@ def main(args) -> int:
     return 0
 
 
-def write_report(args, out: Path, site_sets, pub_sets, facts, views, runs_of, perf_rows, projections,
-                 site_yaml) -> None:
-    """Every file of the report, into `out` (the staged directory)."""
-    from hpckit.common.fileio import atomic_write_json, atomic_write_text
-    import matplotlib
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
+def _figures(plt, out: Path, views, site_sets, pub_sets, facts, perf_rows, projections, runs_of):
+    """Every figure into `out`; what the page says of them."""
     tts = _plot_tts(plt, views, out)
     throughput = _plot_throughput(plt, views, out)
     _plot_scaling(plt, views, out)
@@ -1338,7 +1359,22 @@ def write_report(args, out: Path, site_sets, pub_sets, facts, views, runs_of, pe
     _plot_history(plt, perf_rows, out)
     for i, v in enumerate(runs_of):
         _plot_runs(plt, v, out, f"runs-{i}.png")
+    return tts, throughput, analysis
 
+
+def write_report(args, out: Path, site_sets, pub_sets, facts, views, runs_of, perf_rows, projections,
+                 site_yaml) -> None:
+    """Every file of the report, into `out` (the staged directory)."""
+    from hpckit.common.fileio import atomic_write_json, atomic_write_text
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    # every text drawn is plain text: org, system and check names come from logs and perflogs
+    # (untrusted), and a `$` pair in one would be read as math markup (a ParseException)
+    with matplotlib.rc_context({"text.parse_math": False}):
+        tts, throughput, analysis = _figures(plt, out, views, site_sets, pub_sets, facts, perf_rows, projections,
+                                             runs_of)
     inputs = [f"site: {a}" for a in args.runs] + [f"published: {a}" for a in args.published] \
         + [f"perflog: {a}" for a in args.perflog] + ([f"site profile: {site_yaml}"] if site_yaml else [])
     atomic_write_text(out / "index.html", render_html(args.title, site_sets, pub_sets, views, facts, perf_rows,
