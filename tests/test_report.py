@@ -435,6 +435,7 @@ def part_of_round(src: Path, dst: Path, share: float) -> int:
     return copied
 
 
+@pytest.mark.slow   # `make test-all` (CI) only: reports of many runs
 @needs_real
 def test_page_length_does_not_grow_with_the_number_of_runs(tmp_path):
     """The v2.0 round (8 sets, 203 logs, a 128-instance weak set among them) beside the site's
@@ -503,6 +504,7 @@ def test_site_sets_carry_the_profiles_system_and_runs_of_names_one_set(tmp_path)
         assert not (tmp_path / "o" / "index.html").exists()
 
 
+@pytest.mark.slow   # `make test-all` (CI) only: a report of many published sets
 @needs_real
 def test_more_sets_than_a_figure_draws(tmp_path, monkeypatch):
     """Past the bound on published sets per benchmark the figure draws the fastest ones and
@@ -707,6 +709,7 @@ def test_data_sets_and_axes_of_sets():
     assert {v.sid for v in views if v.model == "mini"} == {"mini"}
 
 
+@pytest.mark.slow   # `make test-all` (CI) only: it waits for the five DeepCAM mini runs
 @needs_real
 def test_the_kits_mini_runs_beside_published_deepcam(deepcam_runs, tmp_path):
     """Two DeepCAM mini runs the kit trained (copies; one with the input wait its summary.json
