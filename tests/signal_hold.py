@@ -49,33 +49,33 @@ def install() -> None:
     mllog.MLLogger.start = logged_start
 
     if PHASE == "staging":
-        import shutil
-
+        from hpckit.common import staging
         from hpckit.cosmoflow import data
-        copyfile, save_npy = shutil.copyfile, data._save_npy
+        copy_fd, save_npy = staging._copy_fd, data._save_npy
 
         def staged_copy(src, dst, *args, **kwargs):
-            result = copyfile(src, dst, *args, **kwargs)
-            if "hpckit-stage-" in str(dst):
-                hold(f"copied {dst}")
+            result = copy_fd(src, dst, *args, **kwargs)
+            path = os.readlink(f"/proc/self/fd/{dst}")
+            if "hpckit-stage-" in path:
+                hold(f"copied {path}")
             return result
 
-        def staged_npy(path, arr):
-            n = save_npy(path, arr)
+        def staged_npy(path, arr, *args, **kwargs):
+            n = save_npy(path, arr, *args, **kwargs)
             hold(f"decoded {path}")
             return n
-        shutil.copyfile, data._save_npy = staged_copy, staged_npy
+        staging._copy_fd, data._save_npy = staged_copy, staged_npy
 
         from hpckit.oc20 import records
         write_lmdb = records.write_lmdb
 
-        def held_records(path, recs):
+        def held_records(path, recs, **kwargs):
             def each():
                 for n, rec in enumerate(recs):
                     if n == 2:
                         hold(f"lmdb record 2 of {path}")
                     yield rec
-            return write_lmdb(path, each())
+            return write_lmdb(path, each(), **kwargs)
         records.write_lmdb = held_records
 
     if PHASE in ("train", "eval"):

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import zipfile
 
 import pytest
 import torch
@@ -209,11 +210,20 @@ def test_a_checkpoint_gives_the_parameters_and_its_sha256_is_logged(data, tmp_pa
     assert results[0] == results[1], results
 
 
-@pytest.mark.parametrize("case", ["missing", "pickle naming os.system", "another model"])
+@pytest.mark.parametrize("case", ["missing", "pickle naming os.system", "bare pickle", "another model"])
 def test_a_bad_checkpoint_is_one_line(data, tmp_path, case):
     path = tmp_path / "ckpt.pt"
+    hostile = b"cposix\nsystem\n(S'true'\ntR."   # unpickled, it would run `true`
     if case == "pickle naming os.system":
-        path.write_bytes(b"cposix\nsystem\n(S'true'\ntR.")   # unpickled, it would run `true`
+        # torch.save's zip archive, its data.pkl replaced by the hostile pickle
+        torch.save({}, path)
+        with zipfile.ZipFile(path) as z:
+            members = {n: z.read(n) for n in z.namelist()}
+        with zipfile.ZipFile(path, "w", zipfile.ZIP_STORED) as z:
+            for n, b in members.items():
+                z.writestr(n, hostile if n.endswith("/data.pkl") else b)
+    elif case == "bare pickle":
+        path.write_bytes(hostile)   # not torch.save's zip format: refused before any unpickling
     elif case == "another model":
         state = _state(1)
         state["evoformer_stack.linear.weight"] = torch.zeros(3, 3)
@@ -226,6 +236,8 @@ def test_a_bad_checkpoint_is_one_line(data, tmp_path, case):
         assert "evoformer_stack.linear.weight" in line and "shape (3, 3)" in line
     elif case == "pickle naming os.system":
         assert "posix.system" in line
+    elif case == "bare pickle":
+        assert "zip format" in line
     assert not (out / "mlperf.log").exists() and not (out / "summary.json").exists()
 
 

@@ -52,6 +52,7 @@ from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from hpckit.common.errors import KitError
+from hpckit.results.logs import NO_EPOCHS
 from hpckit.results.perflog import allowed_range, read_perflogs
 
 PNGS = ("tts.png", "throughput.png", "scaling.png", "convergence.png", "projection.png", "history.png")
@@ -552,7 +553,7 @@ def _plot_throughput(plt, views: list[SetView], out: Path) -> list[tuple[str, li
                 tick.set_fontweight("bold")
         left.invert_yaxis()
         left.set_xlabel("samples between evaluations / training s, per compute unit (log), after the first "
-                        "cycle; whisker = runs' min-max" if bench.lower() == "openfold" else
+                        "cycle; whisker = runs' min-max" if bench.lower() in NO_EPOCHS else
                         "training samples/s per compute unit (log; accelerator, CPU runs: rank), after the "
                         "first epoch; whisker = runs' min-max", fontsize=7)
         more = f"; {hidden} more published sets in the sets table" if hidden else ""
