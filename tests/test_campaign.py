@@ -163,8 +163,8 @@ def test_a_tensorflow_campaign_gives_each_instance_its_own_workers(tmp_path, min
                "-x", f"MASTER_PORT={port}", "-x", "TF_CPP_MIN_LOG_LEVEL", sys.executable, "-m", "hpckit", "train",
                "cosmoflow", "--framework", "tensorflow", "--data", str(mini_data), "--config", "mini",
                "--output-dir", str(out), "--seed", "1", "--instances", "2", "--threads", "1", "--stage-dir", str(stage),
-               "--set", "train.n_epochs=1", "--set", "data.batch_size=4", "--set", "data.n_train=256",
-               "--set", "data.n_valid=32"]
+               "--set", "train.n_epochs=1", "--set", "data.batch_size=4", "--set", "data.n_train=64",
+               "--set", "data.n_valid=16"]   # 8 steps an instance: the point is who works with whom
     env = {**os.environ, **ROOT_ENV, "PYTHONUNBUFFERED": "1", "TF_CPP_MIN_LOG_LEVEL": "3"}
     proc = subprocess.run(command, cwd=REPO, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode in (0, 3), proc.stderr[-3000:]   # 3: one epoch is short of the target
