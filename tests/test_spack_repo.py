@@ -152,7 +152,8 @@ def test_kit_recipe_matches_pyproject():
     assert {"torch", "tensorflow", "horovod"} <= kit["variants"]
     deps = {spec_name(args[0]) for args, _ in kit["depends"]}
     pypi_to_spack = {"numpy": "py-numpy", "pyyaml": "py-pyyaml",
-                     "mlperf-logging": "py-mlperf-logging", "crc32c": "py-crc32c"}
+                     "mlperf-logging": "py-mlperf-logging", "crc32c": "py-crc32c", "h5py": "py-h5py",
+                     "lmdb": "py-lmdb"}
     for req in project["dependencies"]:
         assert pypi_to_spack[re.match(r"[A-Za-z0-9_.-]+", req).group(0)] in deps
     assert {"py-torch", "py-tensorflow", "py-horovod", "py-setuptools"} <= deps

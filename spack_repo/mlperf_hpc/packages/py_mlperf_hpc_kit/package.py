@@ -22,17 +22,22 @@ class PyMlperfHpcKit(PythonPackage):
     The kit publishes no release tarball. The site profiles' environments build it from
     the working tree of this repository with Spack's `develop:` section (spack.yaml:
     `path: ../..`), which needs no fetch and no checksum. Outside an environment
-    (`spack install py-mlperf-hpc-kit`), the `main` version clones this same checkout,
-    whose location Spack knows from this file's path, at the tip of its branch `main`."""
+    (`spack install py-mlperf-hpc-kit`), a version clones this same checkout, whose
+    location Spack knows from this file's path: `main` at the tip of its branch, a numbered
+    version at its pinned commit."""
 
-    homepage = "https://github.com/mlcommons/hpc"
+    # the kit publishes no web page: its home is the checkout (README.md), not mlcommons/hpc,
+    # whose reference implementations it reproduces
+    homepage = f"file://{_KIT_ROOT}"
     git = f"file://{_KIT_ROOT}"
 
     license("Apache-2.0")
 
     version("main", branch="main")
-    # The release in pyproject.toml; built through `develop:` in the environments.
-    version("0.1.0", branch="main", preferred=True)
+    # pyproject.toml's version, pinned: main as it landed on 2026-12-07 (fb0e2d8), the last
+    # state CI passed before this version's number was pinned; the environments build the
+    # working tree through `develop:` whatever the version says
+    version("0.1.0", commit="fb0e2d84f38f1ee590eab0bf99224de3ed6606fd", preferred=True)
 
     variant(
         "torch", default=True, description="PyTorch backend (all four; OC20 and OpenFold need it)"
