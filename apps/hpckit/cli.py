@@ -13,7 +13,7 @@ import importlib
 import os
 import sys
 
-from hpckit.common.benchmark import PACKAGES
+from hpckit.common.benchmark import PACKAGES, descriptors
 from hpckit.common.dist import DIST_CHOICES
 from hpckit.common.errors import EXIT_INTERRUPTED, EXIT_TERMINATED, EXIT_USAGE, KitError, Terminated, disk_error, \
     is_disk_error
@@ -80,7 +80,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("train", help="train a benchmark and write OUT/mlperf.log and OUT/summary.json")
     p.add_argument("benchmark", choices=BENCHMARKS)
-    p.add_argument("--data", required=True, help="dataset root with train/ and validation/")
+    p.add_argument("--data", required=True,
+                   help="the dataset's root, laid out as the public one: " + "; ".join(
+                       f"{name}: {d.data_layout}" for name, d in descriptors().items()))
     p.add_argument("--output-dir", required=True, type=output_dir("--output-dir", "run"),
                    help="the run's directory (created; never one holding an earlier run's results)")
     _add_config(p)

@@ -52,6 +52,9 @@ class Benchmark:
     init_checkpoint: bool = False
     # why the benchmark's logs count no epochs (their epoch_num is something else; None: epochs)
     no_epochs: str | None = None
+    # what `hpckit train --data DIR` holds for this benchmark (its public dataset's layout): the
+    # command's help
+    data_layout: str = "train/ and validation/"
 
     @property
     def comparison(self) -> str:

@@ -27,4 +27,5 @@ DESCRIPTOR = Benchmark(
                          "0.124", "train.target_mae"),
         # the official cosmoflow rules have no dataset-size check to replace
     ),
-    flops_sample=flops_sample)
+    flops_sample=flops_sample,
+    data_layout="train/ and validation/, each *.tfrecord[.gz] or *_data.npy + *_label.npy with files_*.lst")

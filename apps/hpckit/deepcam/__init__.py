@@ -31,4 +31,5 @@ DESCRIPTOR = Benchmark(
         RuleSubstitution(("closed_deepcam.yaml",), "eval_samples", "CHECK",
                          "v['value'] == 15158", "15158", "data.n_valid", int),
     ),
-    flops_sample=flops_sample)
+    flops_sample=flops_sample,
+    data_layout="stats.h5, train/data-*.h5 and validation/data-*.h5")

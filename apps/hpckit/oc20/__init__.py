@@ -25,4 +25,5 @@ DESCRIPTOR = Benchmark(
                          "ATLEAST_ONE_CHECK", "v['value'] <= 0.036 and v['value'] > 0.",
                          "0.036", "train.target_mae"),
     ),
-    flops_sample=flops_sample)
+    flops_sample=flops_sample,
+    data_layout="train/*.lmdb and validation/*.lmdb (s2ef/2M/train and s2ef/all/val_id)")

@@ -71,6 +71,8 @@ DESCRIPTOR = Benchmark(
     ),
     flops_sample=flops_sample,
     init_checkpoint=True,
+    data_layout="pdb_mmcif/processed/ (chains.csv, obsolete.dat, dicts/) and "
+                "open_protein_set/processed/pdb_alignments/",
     # the reference logs, at each train/eval cycle, the training samples seen by its end
     # (mlcommons/hpc@2c627d4 openfold/train.py:730-734: epoch_num = train_val_cycle_i x
     # global_batch_size x val_every_iters; 5,760 per cycle in the v3.0 Clemson logs, 89,280 at
