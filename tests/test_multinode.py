@@ -440,7 +440,7 @@ def test_one_node_scratch_full_during_staging(cluster, deepcam_data, tmp_path):
 
 def test_reframe_across_three_nodes(cluster, tmp_path):
     """`reframe -C site_profiles/slurm-multinode/settings.py -c reframe_checks/ -r` on the
-    login node: DeepCAM and CosmoFlow through sbatch + srun on 3 nodes, both PASS."""
+    login node: CosmoFlow through sbatch + srun on 3 nodes, PASS."""
     home = tmp_path / "home"
     home.mkdir()
     env = {"HOME": str(home), "RFM_PREFIX": str(tmp_path / "rfm"), "RFM_COLORIZE": "n",
@@ -452,21 +452,23 @@ def test_reframe_across_three_nodes(cluster, tmp_path):
     # each instance ran) in a third of the time; CosmoFlow's TensorFlow variant, as
     # test_tensorflow_across_nodes_with_the_cyclic_distribution trains TensorFlow across nodes
     # (the launch line ReFrame writes is the PyTorch variant's) and test_reframe_checks runs it;
-    # OC20 (its multi-rank path: tests/test_oc20_train.py); OpenFold (one rank in
-    # test_reframe_checks, minutes of training)
+    # DeepCAM, as test_each_node_trains_from_its_own_scratch trains it to its target on these
+    # three nodes under srun (the job script ReFrame writes is the same for every check: the
+    # profile's, asserted below); OC20 (its multi-rank path: tests/test_oc20_train.py);
+    # OpenFold (one rank in test_reframe_checks, minutes of training)
     proc = cluster.login("env", *(f"{k}={v}" for k, v in env.items()), reframe, "-C",
                          "site_profiles/slurm-multinode/settings.py", "-c", "reframe_checks/", "-x", "DeepCAMCampaign",
-                         "-x", "OC20Check", "-x", "OpenFoldCheck",
+                         "-x", "DeepCAMCheck", "-x", "OC20Check", "-x", "OpenFoldCheck",
                          "-x", "CosmoFlowCheck%framework=tensorflow", "-r", timeout=3000)
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-6000:]
-    assert re.search(r"PASSED\s*\] Ran 4/4 test case", out), out[-3000:]
+    assert re.search(r"PASSED\s*\] Ran 2/2 test case", out), out[-3000:]
     output = tmp_path / "rfm" / "output" / "slurm-multinode" / "batch" / "hpckit-venv"
     scripts = [p.read_text() for p in output.glob("*Check_*/rfm_job.sh")]
-    assert len(scripts) == 2 and all("#SBATCH --ntasks-per-node=1" in s and "#SBATCH --ntasks=3" in s for s in scripts), scripts
+    assert len(scripts) == 1 and all("#SBATCH --ntasks-per-node=1" in s and "#SBATCH --ntasks=3" in s for s in scripts), scripts
     summaries = [json.loads(p.read_text()) for p in output.glob("*Check_*/summary.json")]
-    assert len(summaries) == 2
+    assert len(summaries) == 1
     for s in summaries:
         assert (s["ranks"], s["nodes"], s["launcher"], s["converged"]) == (3, 3, "slurm", True), s
         assert s["cores"]["threads"] == 1 and s["cores"]["binding"] == "--threads", s["cores"]   # 3 ranks, 2 cores
-    assert sorted((s["benchmark"], s["dist"]) for s in summaries) == [("cosmoflow", "torch"), ("deepcam", "torch")]
+    assert [(s["benchmark"], s["dist"]) for s in summaries] == [("cosmoflow", "torch")]
