@@ -562,3 +562,20 @@ def test_an_openfold_model_size_beyond_reason_is_one_line(setting):
     cfg = load_config("openfold", "mini", [setting])
     with pytest.raises(KitError, match=setting.split("=")[0].replace(".", r"\.") + ".*must be an integer in 1\\.\\."):
         validate_config(cfg)
+
+
+@pytest.mark.slow   # the replay builds the campaign's corpus
+def test_an_openfold_pipeline_setting_out_of_range_says_config_key(tmp_path):
+    """Found by the 20,000-case campaign of issue 48 (seed 4242, case 14499): openfold.yaml with
+    data.max_msa_clusters = 2^63 was refused in one line, but the line ("data.max_msa_clusters:
+    must be ...") said neither the file nor that it is a config key, as every other config
+    refusal does. Replayed here, through `hpckit train` as the campaign ran it."""
+    from hpckit.common.config import load_config
+    from hpckit.openfold.train import validate_config
+    cfg = load_config("openfold", "mini", ["data.max_msa_clusters=9223372036854775808"])
+    with pytest.raises(KitError, match=r"^config key 'data\.max_msa_clusters': must be an integer in 1\.\.4096"):
+        validate_config(cfg)
+    proc = subprocess.run([sys.executable, str(fuzz.REPO / "tests" / "fuzz.py"), "--work", str(tmp_path), "--seed",
+                           "4242", "--first", "14499", "--cases", "1"], capture_output=True, text=True, timeout=600,
+                          cwd=fuzz.REPO, env={**os.environ, "PYTHONPATH": str(fuzz.REPO / "apps")})
+    assert proc.returncode == 0 and "FINDING" not in proc.stdout, proc.stdout[-3000:] + proc.stderr[-2000:]

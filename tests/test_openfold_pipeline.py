@@ -375,11 +375,11 @@ def test_padding_of_a_short_chain(data):
 
 def test_bad_config_mode_seed_and_source(data):
     layout, chains, index = data
-    with pytest.raises(KitError, match="data.crop_sise: unknown key"):
+    with pytest.raises(KitError, match="config key 'data.crop_sise': unknown key"):
         TR.data_config({"data": {"crop_sise": 3}})
-    with pytest.raises(KitError, match=r"data.max_msa_clusters: must be an integer in 1\.\.4096"):
+    with pytest.raises(KitError, match=r"config key 'data.max_msa_clusters': must be an integer in 1\.\.4096"):
         TR.data_config({"data": {"max_msa_clusters": 0}})
-    with pytest.raises(KitError, match="data.masked_msa_replace_fraction: must be a probability"):
+    with pytest.raises(KitError, match="config key 'data.masked_msa_replace_fraction': must be a probability"):
         TR.data_config({"data": {"masked_msa_replace_fraction": 1.5}})
     raw, cfg, _, seed, chain = case_inputs(data, "train_short", chosen(data))
     with pytest.raises(KitError, match="mode 'predict'"):

@@ -197,25 +197,25 @@ def data_config(cfg: dict | DataConfig) -> DataConfig:
         if key in KIT_DATA_KEYS:
             continue
         if key not in DATA_CONFIG:
-            raise KitError(f"data.{key}: unknown key (known: {', '.join(DATA_CONFIG)})")
+            raise KitError(f"config key 'data.{key}': unknown key (known: {', '.join(DATA_CONFIG)})")
         values[key] = value
     for key, (low, high) in DATA_BOUNDS.items():
         v = values[key]
         if key == "shuffle_top_k_prefiltered" and v is None:
             continue
         if isinstance(v, bool) or not isinstance(v, int) or not low <= v <= high:
-            raise KitError(f"data.{key}: must be an integer in {low}..{high} (got {v!r:.40})")
+            raise KitError(f"config key 'data.{key}': must be an integer in {low}..{high} (got {v!r:.40})")
     for key in ("masked_msa_enabled", "msa_cluster_features"):
         if not isinstance(values[key], bool):
-            raise KitError(f"data.{key}: must be true or false (got {values[key]!r:.40})")
+            raise KitError(f"config key 'data.{key}': must be true or false (got {values[key]!r:.40})")
     probs = [values[k] for k in ("masked_msa_profile_prob", "masked_msa_same_prob", "masked_msa_uniform_prob")]
     for key in ("masked_msa_profile_prob", "masked_msa_same_prob", "masked_msa_uniform_prob",
                 "masked_msa_replace_fraction", "use_clamped_fape_probability"):
         v = values[key]
         if isinstance(v, bool) or not isinstance(v, (int, float)) or not 0 <= v <= 1:
-            raise KitError(f"data.{key}: must be a probability in [0, 1] (got {v!r})")
+            raise KitError(f"config key 'data.{key}': must be a probability in [0, 1] (got {v!r})")
     if 1.0 - probs[0] - probs[1] - probs[2] < 0:   # transforms.py:468-469 asserts it
-        raise KitError("data.masked_msa_*_prob: profile + same + uniform must not exceed 1")
+        raise KitError("config key 'data.masked_msa_*_prob': profile + same + uniform must not exceed 1")
     model = cfg.get("model") or {}
     return DataConfig(**values, templates_enabled=bool(model.get("templates_enabled", True)),
                       embed_template_torsion_angles=bool(model.get("embed_template_torsion_angles", True)))
