@@ -282,12 +282,24 @@ def _sample(pids: list[int]) -> dict[tuple[int, int], tuple[bool, int]]:
     return tasks
 
 
+def counted_step(tree: list[int], cpu_seen: dict, step: float, schedstat: bool = True) -> float:
+    """Of a poll interval of `step` seconds, what a hang guard counts for the processes `tree`:
+    all of it when none of their tasks is runnable (they wait on the network, the disk, a
+    lock: a hang looks like this), else only the CPU time their tasks got in it (a starved
+    command gets little; a spinning one counts its full time). `cpu_seen` carries each task's
+    CPU time from one interval to the next. Without schedstat every second counts."""
+    if not schedstat:
+        return step
+    tasks = _sample(tree)
+    cpu = sum(ns - cpu_seen.get(task, 0) for task, (_, ns) in tasks.items()) / 1e9
+    cpu_seen.update({task: ns for task, (_, ns) in tasks.items()})
+    return min(step, cpu) if any(runnable for runnable, _ in tasks.values()) else step
+
+
 def run(cmd, guard_s: float, poll_s: float = 1.0, **kw) -> subprocess.CompletedProcess:
     """subprocess.run(cmd, capture_output=True, text=True, **kw), whose hang guard does not
-    count the time the command waited for a CPU. Each poll interval counts its whole length
-    when none of the command's tasks is runnable (it waits on the network, the disk, a lock:
-    a hang looks like this), else only the CPU time its tasks got in it (a starved command
-    gets little; a spinning one counts its full time). Past `guard_s` such seconds its
+    count the time the command waited for a CPU (counted_step, each poll interval). Past
+    `guard_s` such seconds its
     process group is killed and subprocess.TimeoutExpired raised, saying how long it ran.
     (The run-queue delay in schedstat would not do: the kernel adds it only when a waiting
     task gets the CPU, seconds late.) Without schedstat (a kernel without CONFIG_SCHED_INFO)
@@ -322,13 +334,7 @@ def run(cmd, guard_s: float, poll_s: float = 1.0, **kw) -> subprocess.CompletedP
                              *(int(t) for pid in tree for t in _listdir(f"/proc/{pid}/task"))], nice)
                     applied = nice
                 set_autogroups(tree, nice)
-            if schedstat:
-                tasks = _sample(tree)
-                cpu = sum(ns - cpu_seen.get(task, 0) for task, (_, ns) in tasks.items()) / 1e9
-                cpu_seen.update({task: ns for task, (_, ns) in tasks.items()})
-                if any(runnable for runnable, _ in tasks.values()):
-                    step = min(step, cpu)
-            counted += step
+            counted += counted_step(tree, cpu_seen, step, schedstat)
             last = now
             if counted > guard_s:
                 try:

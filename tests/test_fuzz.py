@@ -551,7 +551,9 @@ def test_a_template_hit_with_a_bad_name_is_one_line_naming_the_shard(tmp_path):
 
 
 @pytest.mark.parametrize("setting", ["model.evoformer_stack.c_hidden_opm=18446744073709551615",
-                                     "model.extra_msa_stack.num_blocks=1000000"])
+                                     "model.extra_msa_stack.num_blocks=1000000",
+                                     # seed 4243, case 8319 (issue 48's campaign): a head's width
+                                     "model.auxiliary_heads.masked_msa_head.c_out=9223372036854775808"])
 def test_an_openfold_model_size_beyond_reason_is_one_line(setting):
     """Found by CI's campaign once openfold.yaml was among its configs (seed 41, case 239): a
     width of 2^64 - 1 passed the config check into the model's construction on the meta device

@@ -1271,15 +1271,20 @@ def validate_model_config(cfg: dict) -> None:
     """One line naming the key for what would otherwise fail in the middle of a forward: the
     channel widths the modules share, and the feature widths the inputs fix."""
     m = cfg["model"]
-    for section, values in m.items():
-        if isinstance(values, dict):
-            for key, value in values.items():
-                if isinstance(value, int) and not isinstance(value, bool):
-                    # bounded too: the count is made by building the model (on the meta device),
-                    # and a width of 2^64 or a million blocks would fail or never end there
-                    most = MAX_BLOCKS if "blocks" in key else MAX_WIDTH
-                    require(0 < value <= most, f"model.{section}.{key}",
-                            f"must be an integer in 1..{most} (got {value})")
+    # every integer of every section, at any depth (auxiliary_heads' heads are a level below
+    # the others: a c_out of 2^63 there passed the check of one level into the model's build,
+    # a traceback found by the fuzz campaign of issue 48, seed 4243, case 8319)
+    todo = [(f"model.{section}", values) for section, values in m.items() if isinstance(values, dict)]
+    while todo:
+        prefix, values = todo.pop()
+        for key, value in values.items():
+            if isinstance(value, dict):
+                todo.append((f"{prefix}.{key}", value))
+            elif isinstance(value, int) and not isinstance(value, bool):
+                # bounded too: the count is made by building the model (on the meta device),
+                # and a width of 2^64 or a million blocks would fail or never end there
+                most = MAX_BLOCKS if "blocks" in key else MAX_WIDTH
+                require(0 < value <= most, f"{prefix}.{key}", f"must be an integer in 1..{most} (got {value})")
     _check_model_numbers(m)
     heads = m["auxiliary_heads"]
     shared = {
