@@ -1250,11 +1250,19 @@ MAX_BLOCKS = 256
 def _check_model_numbers(m: dict, prefix: str = "model") -> None:
     """Every real-valued model setting finite and in the range its use needs: a dropout rate in
     [0, 1), an inf, eps or scale factor > 0 (a NaN or infinite one makes every output NaN);
-    min_bin below max_bin."""
+    min_bin below max_bin; every integer of a section, at any depth, a count or width in
+    1..MAX_WIDTH (blocks: MAX_BLOCKS), as the parameter count builds the model (on the meta
+    device) and a width of 2^64 or a million blocks would fail or never end there (a head's
+    c_out under auxiliary_heads, a level below the others, once passed a one-level check:
+    fuzz seed 4243, case 8319)."""
     for key, value in m.items():
         name = f"{prefix}.{key}"
         if isinstance(value, dict):
             _check_model_numbers(value, name)
+        elif isinstance(value, int) and not isinstance(value, bool):
+            if prefix != "model":   # inside a section
+                most = MAX_BLOCKS if "blocks" in key else MAX_WIDTH
+                require(0 < value <= most, name, f"must be an integer in 1..{most} (got {value})")
         elif isinstance(value, float):
             require(math.isfinite(value), name, f"must be a finite number (got {value})")
             if "dropout" in key:
@@ -1271,20 +1279,6 @@ def validate_model_config(cfg: dict) -> None:
     """One line naming the key for what would otherwise fail in the middle of a forward: the
     channel widths the modules share, and the feature widths the inputs fix."""
     m = cfg["model"]
-    # every integer of every section, at any depth (auxiliary_heads' heads are a level below
-    # the others: a c_out of 2^63 there passed the check of one level into the model's build,
-    # a traceback found by the fuzz campaign of issue 48, seed 4243, case 8319)
-    todo = [(f"model.{section}", values) for section, values in m.items() if isinstance(values, dict)]
-    while todo:
-        prefix, values = todo.pop()
-        for key, value in values.items():
-            if isinstance(value, dict):
-                todo.append((f"{prefix}.{key}", value))
-            elif isinstance(value, int) and not isinstance(value, bool):
-                # bounded too: the count is made by building the model (on the meta device),
-                # and a width of 2^64 or a million blocks would fail or never end there
-                most = MAX_BLOCKS if "blocks" in key else MAX_WIDTH
-                require(0 < value <= most, f"{prefix}.{key}", f"must be an integer in 1..{most} (got {value})")
     _check_model_numbers(m)
     heads = m["auxiliary_heads"]
     shared = {
